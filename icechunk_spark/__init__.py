@@ -1,0 +1,40 @@
+"""icechunk-spark: a transactional, version-controlled store for Zarr arrays.
+
+>>> from icechunk_spark import Repository             # doctest: +SKIP
+>>> repo = Repository.create("file:///tmp/my-repo")  # doctest: +SKIP
+"""
+
+from .config import RepositoryConfig
+from .errors import (
+    AlreadyExistsError,
+    ConfigError,
+    Conflict,
+    ConflictError,
+    FormatError,
+    IcechunkSparkError,
+    InvalidInputError,
+    NotFoundError,
+    ReadOnlyError,
+    StorageError,
+)
+from .format.state import SnapshotInfo
+from .repository import Repository
+from .session import ChangeSummary, Session
+
+__all__ = [
+    "AlreadyExistsError",
+    "ChangeSummary",
+    "ConfigError",
+    "Conflict",
+    "ConflictError",
+    "FormatError",
+    "IcechunkSparkError",
+    "InvalidInputError",
+    "NotFoundError",
+    "ReadOnlyError",
+    "Repository",
+    "RepositoryConfig",
+    "Session",
+    "SnapshotInfo",
+    "StorageError",
+]

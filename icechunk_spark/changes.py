@@ -1,0 +1,133 @@
+"""A session's uncommitted changes: nodes created, updated and deleted; chunk refs per array.
+
+Chunk changes of one array are *layers*, newest last: Arrow tables from bulk writes, and a
+dict for single-chunk writes that is frozen into a table whenever a bulk table arrives, so the
+order of writes is kept without a Python object per chunk on the bulk path.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .format.coords import coord_keys
+from .format.manifest import REF_SCHEMA, conform_refs, merge_refs
+from .format.structure import Node
+from .snapshot import ChunkRef, row_ref
+
+# A pending single-chunk change: a ref, or None for a deletion (a tombstone).
+Pending = ChunkRef | None
+
+
+@dataclass
+class ArrayChanges:
+    """The chunk changes of one array, in write order."""
+
+    node_id: int
+    ndim: int
+    tables: list[pa.Table] = field(default_factory=list)
+    pending: dict[bytes, Pending] = field(default_factory=dict)
+    _merged: tuple[pa.Table, np.ndarray] | None = None
+
+    def set(self, key: bytes, ref: Pending) -> None:
+        self.pending[key] = ref
+
+    def add_table(self, table: pa.Table) -> None:
+        self._freeze_pending()
+        self.tables.append(conform_refs(table))
+        self._merged = None
+
+    def lookup(self, key: bytes) -> tuple[bool, Pending]:
+        """(found, ref): found with ``None`` means the chunk was deleted in this session."""
+        if key in self.pending:
+            return True, self.pending[key]
+        if not self.tables:
+            return False, None
+        table, keys = self._merged_tables()
+        probe = np.frombuffer(key.ljust(keys.itemsize, b"\0"), dtype=keys.dtype)[0] if key else keys[:0]
+        i = int(np.searchsorted(keys, probe)) if key else 0
+        if i < len(keys) and keys[i : i + 1].tobytes() == key.ljust(keys.itemsize, b"\0"):
+            return True, row_ref(table, i)
+        return False, None
+
+    def _merged_tables(self) -> tuple[pa.Table, np.ndarray]:
+        if self._merged is None:
+            merged = merge_refs(self.tables, self.ndim, drop_tombstones=False)
+            self._merged = (merged, coord_keys(merged.column("coord"), self.ndim))
+        return self._merged
+
+    def layers(self, node_id: int) -> list[pa.Table]:
+        """Every change as ref tables (tombstones included), oldest first, for ``node_id``."""
+        out = list(self.tables)
+        if self.pending:
+            out.append(pending_table(self.pending))
+        return [t.set_column(0, "array_id", pa.array(np.full(t.num_rows, node_id, np.uint64))) for t in out]
+
+    def changed_coords(self) -> pa.Array:
+        coords = [t.column("coord") for t in self.tables]
+        if self.pending:
+            coords.append(pa.chunked_array([pa.array(list(self.pending), pa.binary())]))
+        if not coords:
+            return pa.array([], pa.binary())
+        return pc.unique(pa.chunked_array([c for col in coords for c in col.chunks], pa.binary()))
+
+    def drop_coords(self, coords: pa.Array) -> None:
+        """Forget our changes to ``coords`` (used to let a concurrent writer's chunks win)."""
+        self._freeze_pending()
+        self.tables = [t.filter(pc.invert(pc.is_in(t.column("coord"), coords))) for t in self.tables]
+        self._merged = None
+
+    def _freeze_pending(self) -> None:
+        if self.pending:
+            self.tables.append(pending_table(self.pending))
+            self.pending = {}
+            self._merged = None
+
+    def __len__(self) -> int:
+        return sum(t.num_rows for t in self.tables) + len(self.pending)
+
+
+def pending_table(pending: dict[bytes, Pending]) -> pa.Table:
+    refs = list(pending.values())
+    return pa.table(
+        {
+            "array_id": pa.array(np.zeros(len(refs), np.uint64)),
+            "coord": pa.array(list(pending), pa.binary()),
+            "inline_data": pa.array([r.inline_data if r else None for r in refs], pa.binary()),
+            "chunk_id": pa.array([r.chunk_id if r else None for r in refs], pa.string()),
+            "virtual_path": pa.array([r.virtual_path if r else None for r in refs], pa.string()),
+            "offset": pa.array([r.offset if r and r.kind != "inline" else None for r in refs], pa.uint64()),
+            "length": pa.array([r.length if r and r.kind != "inline" else None for r in refs], pa.uint64()),
+            "checksum": pa.array([r.checksum if r else None for r in refs], pa.string()),
+        },
+        schema=REF_SCHEMA,
+    )
+
+
+@dataclass
+class ChangeSet:
+    """Everything a writable session changed since its base snapshot."""
+
+    created: dict[str, Node] = field(default_factory=dict)  # path -> new node (no manifests)
+    updated: dict[str, Node] = field(default_factory=dict)  # path -> node with new zarr.json
+    deleted: dict[str, Node] = field(default_factory=dict)  # path -> base node deleted
+    chunks: dict[int, ArrayChanges] = field(default_factory=dict)  # node id -> changes
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def is_empty(self) -> bool:
+        return not (self.created or self.updated or self.deleted or any(len(c) for c in self.chunks.values()))
+
+    def array_changes(self, node: Node) -> ArrayChanges:
+        changes = self.chunks.get(node.id)
+        if changes is None:
+            assert node.meta is not None
+            changes = self.chunks[node.id] = ArrayChanges(node.id, node.meta.ndim)
+        return changes
+
+    def modified_array_ids(self) -> Iterator[int]:
+        yield from (i for i, c in self.chunks.items() if len(c))

@@ -1,0 +1,206 @@
+"""Building a new snapshot's files from a base snapshot plus a session's changes.
+
+Everything written here is a new immutable object; nothing is visible until the state file
+swap in ``Session.commit``. Building is repeatable: a rebase simply builds again on the new tip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pyarrow as pa
+
+from .changes import ChangeSet
+from .format.coords import decode_coords
+from .format.ids import new_object_id
+from .format.manifest import encode_manifest, merge_refs
+from .format.structure import ManifestRef, Node, encode_structure, make_node
+from .format.txlog import NodeChange, chunk_changes, encode_txlog
+from .snapshot import SnapshotView, attributes_key, manifest_key, structure_key, txlog_key
+from .splitting import ArrayStats, ExistingManifest, ManifestConfig, PlannedManifest, plan_manifests
+from .storage import Storage
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltSnapshot:
+    snapshot_id: str
+    structure_id: str
+    nodes: Mapping[str, Node]
+    written: tuple[str, ...]  # every key written, so an abandoned build can be cleaned up
+
+
+def current_nodes(base: SnapshotView, changes: ChangeSet) -> dict[str, Node]:
+    """The node set after ``changes``: base nodes minus deleted, plus created and updated."""
+    nodes = {p: n for p, n in base.nodes.items() if p not in changes.deleted}
+    for path, node in changes.updated.items():
+        old = nodes.get(path)
+        manifests = old.manifests if old is not None and old.id == node.id else node.manifests
+        nodes[path] = make_node(node.id, path, node.zarr_json, manifests)
+    nodes.update(changes.created)
+    return nodes
+
+
+def build_snapshot(
+    storage: Storage,
+    base: SnapshotView,
+    changes: ChangeSet,
+    manifest_config: ManifestConfig,
+    pool: ThreadPoolExecutor,
+) -> BuiltSnapshot:
+    nodes = current_nodes(base, changes)
+    arrays = {n.id: n for n in nodes.values() if n.type == "array"}
+    base_arrays = {n.id: n for n in base.nodes.values() if n.type == "array"}
+    modified = _modified_arrays(base_arrays, arrays, changes)
+    merged = _merge_modified(base, changes, arrays, modified)
+    created = frozenset(n.id for n in changes.created.values() if n.type == "array")
+
+    stats = {
+        i: ArrayStats(i, n.path, n.meta.metadata_chunks if n.meta else 0, _ref_count(i, n, merged))
+        for i, n in arrays.items()
+    }
+    existing = _existing_manifests(base_arrays.values())
+    plan = plan_manifests(stats, existing, modified, manifest_config, created)
+
+    written: list[str] = []
+    new_refs = _write_manifests(storage, pool, plan.new_manifests, plan.closure, arrays, base, merged, written)
+    final = {}
+    for path, node in nodes.items():
+        if node.type == "array" and node.id in plan.closure:
+            node = make_node(node.id, path, node.zarr_json, tuple(new_refs.get(node.id, ())))
+        final[path] = node
+
+    snapshot_id = new_object_id()
+    structure_id = new_object_id()
+    attrs_id = new_object_id()
+    structure, attrs, assigned = encode_structure(final.values(), attrs_id)
+    final = {p: replace(n, attrs_ref=assigned[n.id]) if n.id in assigned else n for p, n in final.items()}
+    txlog = encode_txlog(_node_changes(changes), _chunk_change_tables(changes, arrays))
+    objects = [(structure_key(structure_id), structure), (txlog_key(snapshot_id), txlog)]
+    if attrs is not None:
+        objects.append((attributes_key(attrs_id), attrs))
+    list(pool.map(lambda kv: storage.put(*kv), objects))
+    written.extend(k for k, _ in objects)
+    return BuiltSnapshot(snapshot_id, structure_id, final, tuple(written))
+
+
+def _modified_arrays(base_arrays: Mapping[int, Node], arrays: Mapping[int, Node], changes: ChangeSet) -> set[int]:
+    modified = {i for i in changes.modified_array_ids() if i in arrays}
+    modified |= {n.id for n in changes.created.values() if n.type == "array"}
+    modified |= {i for i in base_arrays if i not in arrays}  # deleted arrays leave their manifests
+    for node in changes.updated.values():
+        old = base_arrays.get(node.id)
+        if old is not None and old.meta != node.meta and node.id in arrays:
+            modified.add(node.id)  # a resize may leave refs outside the new grid
+    return modified
+
+
+def _merge_modified(
+    base: SnapshotView, changes: ChangeSet, arrays: Mapping[int, Node], modified: set[int]
+) -> dict[int, pa.Table]:
+    merged: dict[int, pa.Table] = {}
+    for node_id in modified:
+        node = arrays.get(node_id)
+        if node is None or node.meta is None:
+            continue
+        layers = []
+        base_node = base.nodes.get(node.path)
+        if base_node is not None and base_node.id == node_id:
+            layers.extend(base.array_refs(base_node))
+        array_changes = changes.chunks.get(node_id)
+        if array_changes is not None:
+            layers.extend(array_changes.layers(node_id))
+        refs = merge_refs(layers, node.meta.ndim)
+        merged[node_id] = _within_grid(refs, node)
+    return merged
+
+
+def _within_grid(refs: pa.Table, node: Node) -> pa.Table:
+    assert node.meta is not None
+    if refs.num_rows == 0 or node.meta.ndim == 0:
+        return refs
+    coords = decode_coords(refs.column("coord"), node.meta.ndim)
+    inside = np.all(coords < np.asarray(node.meta.grid_shape, dtype=np.int64), axis=1)
+    return refs if inside.all() else refs.filter(pa.array(inside))
+
+
+def _ref_count(node_id: int, node: Node, merged: Mapping[int, pa.Table]) -> int:
+    table = merged.get(node_id)
+    return table.num_rows if table is not None else node.ref_count
+
+
+def _existing_manifests(base_arrays: Iterable[Node]) -> list[ExistingManifest]:
+    members: dict[str, set[int]] = {}
+    set_names: dict[str, str] = {}
+    for node in base_arrays:
+        for m in node.manifests:
+            members.setdefault(m.manifest_id, set()).add(node.id)
+            set_names[m.manifest_id] = m.set_name
+    return [ExistingManifest(mid, set_names[mid], frozenset(ids)) for mid, ids in sorted(members.items())]
+
+
+def _write_manifests(
+    storage: Storage,
+    pool: ThreadPoolExecutor,
+    planned: Sequence[PlannedManifest],
+    closure: frozenset[int],
+    arrays: Mapping[int, Node],
+    base: SnapshotView,
+    merged: Mapping[int, pa.Table],
+    written: list[str],
+) -> dict[int, list[ManifestRef]]:
+    def refs_for(node_id: int) -> pa.Table:
+        if node_id in merged:
+            return merged[node_id]
+        node = arrays[node_id]  # in the closure but unchanged: carry its refs over as they are
+        assert node.meta is not None
+        return merge_refs(base.array_refs(base.nodes[node.path]), node.meta.ndim)
+
+    def write_one(manifest: PlannedManifest) -> list[tuple[int, ManifestRef]]:
+        manifest_id = new_object_id()
+        tables, out = [], []
+        for node_id in manifest.array_ids:
+            refs = refs_for(node_id)
+            if refs.num_rows == 0:
+                continue
+            refs = refs.set_column(0, "array_id", pa.array(np.full(refs.num_rows, node_id, np.uint64)))
+            tables.append(refs)
+            out.append((node_id, ManifestRef(manifest_id, _extent(refs, arrays[node_id]), refs.num_rows, manifest.set_name)))
+        if tables:
+            storage.put(manifest_key(manifest_id), encode_manifest(pa.concat_tables(tables, promote_options="permissive")))
+            written.append(manifest_key(manifest_id))
+        return out
+
+    result: dict[int, list[ManifestRef]] = {}
+    for pairs in pool.map(write_one, planned):
+        for node_id, ref in pairs:
+            result.setdefault(node_id, []).append(ref)
+    return result
+
+
+def _extent(refs: pa.Table, node: Node) -> tuple[tuple[int, int], ...]:
+    assert node.meta is not None
+    if node.meta.ndim == 0:
+        return ()
+    coords = decode_coords(refs.column("coord"), node.meta.ndim)
+    return tuple((int(lo), int(hi) + 1) for lo, hi in zip(coords.min(axis=0), coords.max(axis=0), strict=True))
+
+
+def _node_changes(changes: ChangeSet) -> list[NodeChange]:
+    out = [NodeChange(p, n.id, "delete_node") for p, n in changes.deleted.items()]
+    out += [NodeChange(p, n.id, f"new_{n.type}") for p, n in changes.created.items()]
+    out += [NodeChange(p, n.id, "update_metadata") for p, n in changes.updated.items()]
+    return out
+
+
+def _chunk_change_tables(changes: ChangeSet, arrays: Mapping[int, Node]) -> list[pa.Table]:
+    return [
+        chunk_changes(node_id, c.changed_coords())
+        for node_id, c in changes.chunks.items()
+        if node_id in arrays and len(c)
+    ]
+
+
+__all__ = ["BuiltSnapshot", "build_snapshot", "current_nodes"]

@@ -1,0 +1,164 @@
+"""The state file: JSON listing every live snapshot, branch and tag of a repository.
+
+One state file per generation lives at ``t/<generation>``; ``icechunk.json`` holds a copy of
+the latest. Encoding is pure: values in, bytes out, and back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from ..errors import FormatError, NotFoundError
+
+FORMAT_VERSION = 1
+RefType = Literal["branch", "tag"]
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInfo:
+    """One committed snapshot: what it points to and why it was made."""
+
+    id: str
+    parent_id: str | None
+    timestamp_ms: int
+    structure_file: str
+    message: str = ""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def written_at(self) -> Any:
+        from datetime import UTC, datetime
+
+        return datetime.fromtimestamp(self.timestamp_ms / 1000, tz=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A branch (moves with commits) or a tag (fixed) naming a snapshot."""
+
+    name: str
+    snapshot_id: str
+    type: RefType
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """The whole state of a repository at one generation."""
+
+    id: str
+    generation: int
+    store_root: str
+    snapshots: Mapping[str, SnapshotInfo]
+    refs: Mapping[str, Ref]
+    config: Mapping[str, Any] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+
+    def snapshot(self, snapshot_id: str) -> SnapshotInfo:
+        try:
+            return self.snapshots[snapshot_id]
+        except KeyError:
+            raise NotFoundError(
+                f"snapshot {snapshot_id!r} not found; it may have been expired "
+                "(list snapshots with repo.ancestry())"
+            ) from None
+
+    def branch(self, name: str) -> Ref:
+        ref = self.refs.get(name)
+        if ref is None or ref.type != "branch":
+            raise NotFoundError(f"branch {name!r} not found; branches: {sorted(self.branches())}")
+        return ref
+
+    def tag(self, name: str) -> Ref:
+        ref = self.refs.get(name)
+        if ref is None or ref.type != "tag":
+            raise NotFoundError(f"tag {name!r} not found; tags: {sorted(self.tags())}")
+        return ref
+
+    def branches(self) -> dict[str, str]:
+        return {r.name: r.snapshot_id for r in self.refs.values() if r.type == "branch"}
+
+    def tags(self) -> dict[str, str]:
+        return {r.name: r.snapshot_id for r in self.refs.values() if r.type == "tag"}
+
+    def next(self, **changes: Any) -> State:
+        """The state of the next generation, with ``changes`` applied."""
+        return replace(self, generation=self.generation + 1, **changes)
+
+
+def encode_state(state: State) -> bytes:
+    doc = {
+        "id": state.id,
+        "generation": state.generation,
+        "format_version": state.format_version,
+        "store_root": state.store_root,
+        "snapshots": [_encode_snapshot(s) for s in state.snapshots.values()],
+        "refs": {
+            r.name: {"name": r.name, "snapshot-id": r.snapshot_id, "type": r.type}
+            for r in state.refs.values()
+        },
+        "config": dict(state.config),
+    }
+    return json.dumps(doc, separators=(",", ":"), sort_keys=False).encode("utf-8")
+
+
+def _encode_snapshot(s: SnapshotInfo) -> dict[str, Any]:
+    return {
+        "snapshot-id": s.id,
+        "parent-snapshot-id": s.parent_id,
+        "timestamp-ms": s.timestamp_ms,
+        "structure-file": s.structure_file,
+        "properties": {"message": s.message, "metadata": dict(s.metadata)},
+    }
+
+
+def decode_state(data: bytes, name: str) -> State:
+    """Decode a state file; ``name`` (its key) goes into every error message."""
+    try:
+        doc = json.loads(data)
+        version = int(doc.get("format_version", FORMAT_VERSION))
+        if version > FORMAT_VERSION:
+            raise FormatError(
+                f"state file {name!r} has format version {version}; this icechunk-spark reads "
+                f"up to {FORMAT_VERSION}: upgrade icechunk-spark"
+            )
+        snapshots = {s["snapshot-id"]: _decode_snapshot(s) for s in doc["snapshots"]}
+        refs = {
+            key: Ref(name=r["name"], snapshot_id=r["snapshot-id"], type=_ref_type(r["type"]))
+            for key, r in doc.get("refs", {}).items()
+        }
+        return State(
+            id=str(doc["id"]),
+            generation=int(doc["generation"]),
+            store_root=str(doc["store_root"]),
+            snapshots=snapshots,
+            refs=refs,
+            config=dict(doc.get("config") or {}),
+            format_version=version,
+        )
+    except FormatError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise FormatError(f"state file {name!r} is corrupt or truncated: {exc!r}") from exc
+
+
+def _decode_snapshot(s: Mapping[str, Any]) -> SnapshotInfo:
+    props = s.get("properties") or {}
+    return SnapshotInfo(
+        id=str(s["snapshot-id"]),
+        parent_id=s["parent-snapshot-id"],
+        timestamp_ms=int(s["timestamp-ms"]),
+        structure_file=str(s["structure-file"]),
+        message=str(props.get("message", "")),
+        metadata=dict(props.get("metadata") or {}),
+    )
+
+
+def _ref_type(value: str) -> RefType:
+    if value == "branch":
+        return "branch"
+    if value == "tag":
+        return "tag"
+    raise ValueError(f"unknown ref type {value!r}")

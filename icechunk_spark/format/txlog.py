@@ -1,0 +1,73 @@
+"""Transaction logs: what one snapshot changed relative to its parent.
+
+Conflict detection reads the logs of the snapshots committed between a session's parent and the
+branch tip. Node changes are few and live as JSON in the Parquet schema metadata; chunk changes
+can number millions and are rows ``(node_id, coord)``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import FormatError
+from .parquet import parquet_to_table, table_to_parquet
+
+CHUNK_CHANGES_SCHEMA = pa.schema(
+    [pa.field("node_id", pa.uint64(), nullable=False), pa.field("coord", pa.binary(), nullable=False)]
+)
+NODE_KINDS = frozenset({"new_group", "new_array", "update_metadata", "delete_node"})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeChange:
+    path: str
+    node_id: int
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionLog:
+    nodes: tuple[NodeChange, ...] = ()
+    chunks: pa.Table = field(default_factory=CHUNK_CHANGES_SCHEMA.empty_table)
+
+    def chunk_coords_by_node(self) -> Mapping[int, pa.Array]:
+        """Changed coords grouped by node id."""
+        out: dict[int, pa.Array] = {}
+        if self.chunks.num_rows == 0:
+            return out
+        table = self.chunks.sort_by("node_id")
+        ids = table.column("node_id").to_numpy()
+        bounds = [0, *(i + 1 for i in range(len(ids) - 1) if ids[i] != ids[i + 1]), len(ids)]
+        coords = table.column("coord").combine_chunks()
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            out[int(ids[lo])] = coords.slice(lo, hi - lo)
+        return out
+
+
+def chunk_changes(node_id: int, coords: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """Rows recording that ``coords`` of node ``node_id`` changed."""
+    ids = pa.array(np.full(len(coords), node_id, dtype=np.uint64))
+    return pa.table({"node_id": ids, "coord": coords}, schema=CHUNK_CHANGES_SCHEMA)
+
+
+def encode_txlog(nodes: Iterable[NodeChange], chunks: Iterable[pa.Table]) -> bytes:
+    node_list = [{"path": n.path, "node_id": n.node_id, "kind": n.kind} for n in nodes]
+    tables = [t for t in chunks if t.num_rows]
+    table = pa.concat_tables(tables) if tables else CHUNK_CHANGES_SCHEMA.empty_table()
+    table = table.replace_schema_metadata({"icechunk.nodes": json.dumps(node_list)})
+    return table_to_parquet(table)
+
+
+def decode_txlog(data: bytes, name: str) -> TransactionLog:
+    table = parquet_to_table(data, name, CHUNK_CHANGES_SCHEMA)
+    try:
+        raw = (table.schema.metadata or {}).get(b"icechunk.nodes", b"[]")
+        nodes = tuple(NodeChange(str(d["path"]), int(d["node_id"]), str(d["kind"])) for d in json.loads(raw))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise FormatError(f"transaction log {name!r} is corrupt: {exc}") from exc
+    return TransactionLog(nodes, table.select(["node_id", "coord"]).replace_schema_metadata(None))

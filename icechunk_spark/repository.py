@@ -1,0 +1,345 @@
+"""Repositories: open or create one, start sessions, manage branches, tags and history."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from .config import RepositoryConfig
+from .containers import Authorization, VirtualReader
+from .errors import AlreadyExistsError, InvalidInputError, NotFoundError
+from .format.ids import new_object_id
+from .format.state import Ref, SnapshotInfo, State
+from .format.structure import encode_structure
+from .refs import publish_state, read_latest_state, state_key, update_state
+from .session import Session
+from .snapshot import ChunkRef, ManifestCache, SnapshotView, chunk_key, structure_key
+from .splitting import ManifestConfig, default_config, parse_config
+from .storage import Storage, open_storage
+
+DEFAULT_BRANCH = "main"
+_VIEW_CACHE_SIZE = 32
+
+
+class Repository:
+    """A versioned Zarr hierarchy in one storage location.
+
+    >>> repo = Repository.create("memory://demo")            # doctest: +SKIP
+    >>> session = repo.writable_session("main")             # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        state: State,
+        config_override: RepositoryConfig | Mapping[str, Any] | None = None,
+        authorize_virtual: Authorization | list[str] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.storage = storage
+        self._storage_options = dict(storage_options or {})
+        self._config_override = config_override
+        self._authorized = _authorization(authorize_virtual)
+        self.config = RepositoryConfig.from_dict(state.config).merged(config_override)
+        self.manifest_config: ManifestConfig = (
+            parse_config(self.config.manifests) if self.config.manifests is not None else default_config()
+        )
+        self.manifest_cache = ManifestCache(storage)
+        self.pool = ThreadPoolExecutor(max_workers=self.config.max_concurrent_writes, thread_name_prefix="icechunk-io")
+        self.virtual_reader = VirtualReader(self.config.virtual_chunk_containers, self._authorized)
+        self._views: dict[str, SnapshotView] = {}
+        self._views_lock = threading.Lock()
+
+    # -- opening --------------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        url: str | Storage,
+        config: RepositoryConfig | Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        authorize_virtual: Authorization | list[str] | None = None,
+    ) -> Repository:
+        """Create an empty repository with one branch, ``main``, at an empty snapshot.
+
+        Raises:
+            AlreadyExistsError: a repository exists at ``url`` already.
+            ConfigError: ``config`` is invalid.
+        """
+        storage = open_storage(url, **dict(storage_options or {}))
+        repo_config = RepositoryConfig().merged(config)
+        empty_structure, _, _ = encode_structure([], new_object_id())
+        structure_id = new_object_id()
+        storage.put(structure_key(structure_id), empty_structure)
+        snapshot = SnapshotInfo(
+            id=new_object_id(),
+            parent_id=None,
+            timestamp_ms=_now_ms(),
+            structure_file=structure_id,
+            message="Repository initialized",
+        )
+        state = State(
+            id=new_object_id(),
+            generation=0,
+            store_root=storage.url,
+            snapshots={snapshot.id: snapshot},
+            refs={DEFAULT_BRANCH: Ref(DEFAULT_BRANCH, snapshot.id, "branch")},
+            config=repo_config.to_dict(),
+        )
+        if storage.exists(state_key(0)) or not publish_state(storage, state):
+            raise AlreadyExistsError(f"a repository exists at {storage.url} already; open it with Repository.open")
+        return cls(storage, state, None, authorize_virtual, storage_options)
+
+    @classmethod
+    def open(
+        cls,
+        url: str | Storage,
+        config: RepositoryConfig | Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        authorize_virtual: Authorization | list[str] | None = None,
+    ) -> Repository:
+        """Open an existing repository; ``config`` overrides stored settings for this handle.
+
+        Raises:
+            NotFoundError: there is no repository at ``url``.
+        """
+        storage = open_storage(url, **dict(storage_options or {}))
+        return cls(storage, read_latest_state(storage), config, authorize_virtual, storage_options)
+
+    @classmethod
+    def open_or_create(
+        cls,
+        url: str | Storage,
+        config: RepositoryConfig | Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        authorize_virtual: Authorization | list[str] | None = None,
+    ) -> Repository:
+        try:
+            return cls.open(url, config, storage_options, authorize_virtual)
+        except NotFoundError:
+            try:
+                return cls.create(url, config, storage_options, authorize_virtual)
+            except AlreadyExistsError:  # another process created it meanwhile
+                return cls.open(url, config, storage_options, authorize_virtual)
+
+    @staticmethod
+    def exists(url: str | Storage, storage_options: Mapping[str, Any] | None = None) -> bool:
+        try:
+            read_latest_state(open_storage(url, **dict(storage_options or {})))
+            return True
+        except NotFoundError:
+            return False
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _reopen,
+            (self.storage, self._config_override, self._authorized, self._storage_options),
+        )
+
+    # -- state ----------------------------------------------------------------------------
+    def state(self) -> State:
+        """The latest committed state (read fresh every call)."""
+        return read_latest_state(self.storage)
+
+    def set_config(self, config: RepositoryConfig | Mapping[str, Any]) -> RepositoryConfig:
+        """Validate and store a new repository config (keys not given keep their value)."""
+        new = RepositoryConfig.from_dict(self.state().config).merged(config)
+        update_state(self.storage, lambda s: s.next(config=new.to_dict()))
+        self.config = new.merged(self._config_override) if self._config_override else new
+        self.manifest_config = parse_config(new.manifests) if new.manifests is not None else default_config()
+        return new
+
+    # -- sessions -------------------------------------------------------------------------
+    def writable_session(self, branch: str = DEFAULT_BRANCH) -> Session:
+        """A session that commits to ``branch``. Raises ``NotFoundError`` for an unknown branch."""
+        state = self.state()
+        tip = state.branch(branch).snapshot_id
+        return Session(self, self.snapshot_view(tip, state), branch, read_only=False)
+
+    def readonly_session(
+        self,
+        branch: str | None = None,
+        *,
+        tag: str | None = None,
+        snapshot_id: str | None = None,
+        as_of: datetime | None = None,
+    ) -> Session:
+        """A read-only session at a branch tip, a tag, a snapshot, or a branch as of a time."""
+        chosen = [x for x in (tag, snapshot_id) if x is not None]
+        if len(chosen) > 1 or (chosen and branch is not None):
+            raise InvalidInputError("give at most one of branch, tag and snapshot_id")
+        state = self.state()
+        if tag is not None:
+            target = state.tag(tag).snapshot_id
+        elif snapshot_id is not None:
+            target = state.snapshot(snapshot_id).id
+        else:
+            target = state.branch(branch or DEFAULT_BRANCH).snapshot_id
+        if as_of is not None:
+            target = self._as_of(state, target, as_of)
+        return Session(self, self.snapshot_view(target, state), branch if not chosen else None, read_only=True)
+
+    def _as_of(self, state: State, tip: str, as_of: datetime) -> str:
+        if as_of.tzinfo is None:
+            as_of = as_of.replace(tzinfo=UTC)
+        limit = int(as_of.timestamp() * 1000)
+        for info in _walk(state, tip):
+            if info.timestamp_ms <= limit:
+                return info.id
+        raise NotFoundError(f"no snapshot at or before {as_of.isoformat()} on that branch")
+
+    def snapshot_view(self, snapshot_id: str, state: State | None = None) -> SnapshotView:
+        with self._views_lock:
+            view = self._views.get(snapshot_id)
+        if view is not None:
+            return view
+        info = (state or self.state()).snapshot(snapshot_id)
+        view = SnapshotView.load(self.storage, snapshot_id, info.structure_file, self.manifest_cache)
+        self.remember_view(view)
+        return view
+
+    def remember_view(self, view: SnapshotView) -> None:
+        with self._views_lock:
+            if len(self._views) >= _VIEW_CACHE_SIZE:
+                self._views.pop(next(iter(self._views)))
+            self._views[view.snapshot_id] = view
+
+    def read_ref(self, ref: ChunkRef, byte_range: tuple[int, int | None] | None = None) -> bytes:
+        """The bytes a chunk ref points to (a sub-range of them with ``byte_range``)."""
+        start, end = 0, ref.length
+        if byte_range is not None:
+            start = min(byte_range[0], ref.length)
+            end = ref.length if byte_range[1] is None else min(byte_range[1], ref.length)
+        if ref.kind == "inline":
+            assert ref.inline_data is not None
+            return ref.inline_data[start:end]
+        if ref.kind == "native":
+            assert ref.chunk_id is not None
+            return self.storage.get_range(chunk_key(ref.chunk_id), ref.offset + start, ref.offset + end)
+        assert ref.virtual_path is not None
+        return self.virtual_reader.read(ref.virtual_path, ref.offset + start, end - start, ref.checksum)
+
+    # -- branches and tags ----------------------------------------------------------------
+    def list_branches(self) -> dict[str, str]:
+        return self.state().branches()
+
+    def lookup_branch(self, name: str) -> str:
+        return self.state().branch(name).snapshot_id
+
+    def create_branch(self, name: str, snapshot_id: str) -> None:
+        _check_ref_name(name)
+
+        def change(state: State) -> State:
+            state.snapshot(snapshot_id)
+            if name in state.refs:
+                raise AlreadyExistsError(f"a {state.refs[name].type} named {name!r} exists already")
+            return state.next(refs={**state.refs, name: Ref(name, snapshot_id, "branch")})
+
+        update_state(self.storage, change)
+
+    def reset_branch(self, name: str, snapshot_id: str) -> None:
+        """Point ``name`` at ``snapshot_id`` (any snapshot, not just an ancestor)."""
+
+        def change(state: State) -> State:
+            state.branch(name)
+            state.snapshot(snapshot_id)
+            return state.next(refs={**state.refs, name: Ref(name, snapshot_id, "branch")})
+
+        update_state(self.storage, change)
+
+    def delete_branch(self, name: str) -> None:
+        if name == DEFAULT_BRANCH:
+            raise InvalidInputError(f"the {DEFAULT_BRANCH!r} branch cannot be deleted")
+
+        def change(state: State) -> State:
+            state.branch(name)
+            return state.next(refs={k: v for k, v in state.refs.items() if k != name})
+
+        update_state(self.storage, change)
+
+    def list_tags(self) -> dict[str, str]:
+        return self.state().tags()
+
+    def lookup_tag(self, name: str) -> str:
+        return self.state().tag(name).snapshot_id
+
+    def create_tag(self, name: str, snapshot_id: str) -> None:
+        """Tags are immutable: creating an existing name raises ``AlreadyExistsError``."""
+        _check_ref_name(name)
+
+        def change(state: State) -> State:
+            state.snapshot(snapshot_id)
+            if name in state.refs:
+                raise AlreadyExistsError(
+                    f"a {state.refs[name].type} named {name!r} exists already; tags are immutable"
+                )
+            return state.next(refs={**state.refs, name: Ref(name, snapshot_id, "tag")})
+
+        update_state(self.storage, change)
+
+    def delete_tag(self, name: str) -> None:
+        def change(state: State) -> State:
+            state.tag(name)
+            return state.next(refs={k: v for k, v in state.refs.items() if k != name})
+
+        update_state(self.storage, change)
+
+    # -- history --------------------------------------------------------------------------
+    def lookup_snapshot(self, snapshot_id: str) -> SnapshotInfo:
+        return self.state().snapshot(snapshot_id)
+
+    def ancestry(
+        self, *, branch: str | None = None, tag: str | None = None, snapshot_id: str | None = None
+    ) -> Iterator[SnapshotInfo]:
+        """Snapshots from the given one back to the first, newest first."""
+        if sum(x is not None for x in (branch, tag, snapshot_id)) > 1:
+            raise InvalidInputError("give at most one of branch, tag and snapshot_id")
+        state = self.state()
+        if tag is not None:
+            start = state.tag(tag).snapshot_id
+        elif snapshot_id is not None:
+            start = state.snapshot(snapshot_id).id
+        else:
+            start = state.branch(branch or DEFAULT_BRANCH).snapshot_id
+        yield from _walk(state, start)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+    def __repr__(self) -> str:
+        return f"<Repository {self.storage.url}>"
+
+
+def _walk(state: State, start: str) -> Iterator[SnapshotInfo]:
+    cursor: str | None = start
+    while cursor is not None:
+        info = state.snapshots.get(cursor)
+        if info is None:
+            return  # history beyond here was expired
+        yield info
+        cursor = info.parent_id
+
+
+def _check_ref_name(name: str) -> None:
+    if not name or "/" in name or name.strip() != name:
+        raise InvalidInputError(f"invalid branch or tag name {name!r}")
+
+
+def _authorization(value: Authorization | list[str] | None) -> dict[str, dict[str, Any]]:
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return {k: dict(v) for k, v in value.items()}
+    return {prefix: {} for prefix in value}
+
+
+def _reopen(
+    storage: Storage, config: Any, authorized: Authorization, storage_options: Mapping[str, Any]
+) -> Repository:
+    return Repository.open(storage, config, storage_options, dict(authorized))
+
+
+def _now_ms() -> int:
+    return int(datetime.now(tz=UTC).timestamp() * 1000)

@@ -1,0 +1,234 @@
+"""Reading one snapshot: its nodes (structure file) and its chunk refs (manifests), cached."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import NotFoundError
+from .format.coords import coord_keys
+from .format.manifest import decode_manifest, refs_of_array
+from .format.structure import ManifestRef, Node, decode_attributes, decode_structure, node_from_row
+from .storage import Storage
+
+RefKind = Literal["inline", "native", "virtual"]
+
+
+def manifest_key(manifest_id: str) -> str:
+    return f"m/{manifest_id}"
+
+
+def structure_key(structure_id: str) -> str:
+    return f"s/{structure_id}"
+
+
+def attributes_key(attrs_id: str) -> str:
+    return f"a/{attrs_id}"
+
+
+def chunk_key(chunk_id: str) -> str:
+    return f"c/{chunk_id}"
+
+
+def txlog_key(snapshot_id: str) -> str:
+    return f"x/{snapshot_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRef:
+    """Where one chunk's bytes are."""
+
+    kind: RefKind
+    inline_data: bytes | None = None
+    chunk_id: str | None = None
+    virtual_path: str | None = None
+    offset: int = 0
+    length: int = 0
+    checksum: str | None = None
+
+
+class ManifestCache:
+    """Decoded manifests shared by every session of a repository, bounded by total rows.
+
+    Each entry is a future, so a reader asking for a manifest that another thread (the preloader)
+    is fetching waits for that fetch instead of starting a second one.
+    """
+
+    def __init__(self, storage: Storage, max_rows: int = 50_000_000) -> None:
+        self._storage = storage
+        self._max_rows = max_rows
+        self._entries: OrderedDict[str, Future[pa.Table]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.fetches = 0
+
+    def get(self, manifest_id: str) -> pa.Table:
+        with self._lock:
+            future = self._entries.get(manifest_id)
+            owner = future is None
+            if future is None:
+                future = Future()
+                self._entries[manifest_id] = future
+            else:
+                self._entries.move_to_end(manifest_id)
+        if owner:
+            self._fetch(manifest_id, future)
+        return future.result()
+
+    def is_cached(self, manifest_id: str) -> bool:
+        with self._lock:
+            return manifest_id in self._entries
+
+    def _fetch(self, manifest_id: str, future: Future[pa.Table]) -> None:
+        try:
+            key = manifest_key(manifest_id)
+            self.fetches += 1
+            table = decode_manifest(self._storage.get(key), key)
+        except BaseException as exc:
+            with self._lock:
+                self._entries.pop(manifest_id, None)  # let a later read try again
+            future.set_exception(exc)
+            return
+        future.set_result(table)
+        self._evict()
+
+    def _evict(self) -> None:
+        with self._lock:
+            total = 0
+            for manifest_id in reversed(list(self._entries)):
+                future = self._entries[manifest_id]
+                if future.done() and future.exception() is None:
+                    total += future.result().num_rows
+                    if total > self._max_rows:
+                        del self._entries[manifest_id]
+
+
+class RefIndex:
+    """One array's refs from one manifest, sorted by coord, searchable without a Python dict."""
+
+    def __init__(self, refs: pa.Table, ndim: int) -> None:
+        self.table = refs.combine_chunks()
+        self.keys = coord_keys(self.table.column("coord"), ndim)
+        if len(self.keys) > 1 and not np.all(self.keys[:-1] <= self.keys[1:]):
+            order = np.argsort(self.keys, kind="stable")
+            self.table = self.table.take(pa.array(order))
+            self.keys = self.keys[order]
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def lookup(self, key: bytes) -> ChunkRef | None:
+        probe = np.frombuffer(key, dtype=self.keys.dtype) if key else np.zeros(1, self.keys.dtype)
+        i = int(np.searchsorted(self.keys, probe[0]))
+        if i >= len(self.keys) or self.keys[i : i + 1].tobytes() != key.ljust(self.keys.itemsize, b"\0"):
+            return None
+        return self.ref_at(i)
+
+    def ref_at(self, i: int) -> ChunkRef:
+        ref = row_ref(self.table, i)
+        assert ref is not None, "manifests never hold tombstones"
+        return ref
+
+
+def row_ref(table: pa.Table, i: int) -> ChunkRef | None:
+    """The ref in row ``i`` of a ref table; ``None`` for a tombstone (a deletion)."""
+    inline = table.column("inline_data")[i].as_py()
+    if inline is not None:
+        return ChunkRef("inline", inline_data=inline, length=len(inline))
+    offset = table.column("offset")[i].as_py() or 0
+    length = table.column("length")[i].as_py() or 0
+    chunk_id = table.column("chunk_id")[i].as_py()
+    if chunk_id is not None:
+        return ChunkRef("native", chunk_id=chunk_id, offset=offset, length=length)
+    path = table.column("virtual_path")[i].as_py()
+    if path is None:
+        return None
+    return ChunkRef(
+        "virtual", virtual_path=path, offset=offset, length=length, checksum=table.column("checksum")[i].as_py()
+    )
+
+
+def extent_contains(extent: tuple[tuple[int, int], ...], coord: tuple[int, ...]) -> bool:
+    if not extent:
+        return True
+    return all(lo <= c < hi for (lo, hi), c in zip(extent, coord, strict=False))
+
+
+class SnapshotView:
+    """The nodes of one snapshot and lazy, cached access to their refs."""
+
+    def __init__(
+        self,
+        snapshot_id: str,
+        nodes: Mapping[str, Node],
+        manifests: ManifestCache,
+    ) -> None:
+        self.snapshot_id = snapshot_id
+        self.nodes = dict(nodes)
+        self._manifests = manifests
+        self._indexes: dict[tuple[int, str], RefIndex] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(
+        cls, storage: Storage, snapshot_id: str, structure_id: str, manifests: ManifestCache
+    ) -> SnapshotView:
+        key = structure_key(structure_id)
+        rows = decode_structure(storage.get(key), key)
+        attrs: dict[str, list[bytes]] = {}
+        nodes: dict[str, Node] = {}
+        for row in rows:
+            doc = row.zarr_json
+            if doc is None and row.attrs_ref is not None:
+                file_id = row.attrs_ref.attrs_file
+                if file_id not in attrs:
+                    akey = attributes_key(file_id)
+                    attrs[file_id] = list(decode_attributes(storage.get(akey), akey))
+                doc = attrs[file_id][row.attrs_ref.row]
+            assert doc is not None  # decode_structure guarantees one of the two
+            nodes[row.path] = node_from_row(row, doc, key)
+        return cls(snapshot_id, nodes, manifests)
+
+    def node(self, path: str) -> Node:
+        try:
+            return self.nodes[path]
+        except KeyError:
+            raise NotFoundError(f"no group or array at {path!r} in snapshot {self.snapshot_id}") from None
+
+    def ref_index(self, node: Node, manifest: ManifestRef) -> RefIndex:
+        key = (node.id, manifest.manifest_id)
+        with self._lock:
+            index = self._indexes.get(key)
+        if index is None:
+            table = refs_of_array(self._manifests.get(manifest.manifest_id), node.id)
+            assert node.meta is not None
+            index = RefIndex(table, node.meta.ndim)
+            with self._lock:
+                self._indexes[key] = index
+        return index
+
+    def lookup(self, node: Node, coord: tuple[int, ...], key: bytes) -> ChunkRef | None:
+        for manifest in node.manifests:
+            if extent_contains(manifest.extent, coord):
+                found = self.ref_index(node, manifest).lookup(key)
+                if found is not None:
+                    return found
+        return None
+
+    def array_refs(self, node: Node, wanted: Callable[[ManifestRef], bool] | None = None) -> list[pa.Table]:
+        """The array's refs, one table per manifest piece (each sorted by coord)."""
+        return [
+            self.ref_index(node, m).table
+            for m in node.manifests
+            if wanted is None or wanted(m)
+        ]
+
+    def children(self, path: str) -> Iterable[Node]:
+        prefix = path.rstrip("/") + "/"
+        return (n for p, n in self.nodes.items() if p.startswith(prefix) and "/" not in p[len(prefix) :])

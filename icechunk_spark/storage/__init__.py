@@ -1,0 +1,40 @@
+"""Storage backends: memory, local files, S3. ``open_storage(url, **options)`` picks one."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlparse
+
+from ..errors import InvalidInputError
+from .base import ObjectInfo, Storage
+from .local import LocalStorage
+from .memory import MemoryStorage
+from .s3 import S3Storage
+
+
+def open_storage(url: str | Storage, **options: Any) -> Storage:
+    """Open ``file:///path``, a plain path, ``s3://bucket/prefix`` or ``memory://name``.
+
+    S3 options are s3fs's (``key``, ``secret``, ``endpoint_url``, ``anon``, ``client_kwargs``...).
+    """
+    if isinstance(url, Storage):
+        return url
+    parsed = urlparse(url)
+    scheme = parsed.scheme
+    if scheme in ("", "file"):
+        path = parsed.path if scheme == "file" else url
+        if not path:
+            raise InvalidInputError(f"storage URL {url!r} has no path")
+        return LocalStorage(path)
+    if scheme == "memory":
+        return MemoryStorage.named((parsed.netloc + parsed.path).strip("/"))
+    if scheme in ("s3", "s3a"):
+        if not parsed.netloc:
+            raise InvalidInputError(f"S3 URL {url!r} names no bucket; use s3://bucket/prefix")
+        return S3Storage(parsed.netloc + parsed.path, **options)
+    raise InvalidInputError(
+        f"unsupported storage URL {url!r}: use file:///path, s3://bucket/prefix or memory://name"
+    )
+
+
+__all__ = ["LocalStorage", "MemoryStorage", "ObjectInfo", "S3Storage", "Storage", "open_storage"]

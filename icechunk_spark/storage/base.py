@@ -1,0 +1,86 @@
+"""The storage interface: immutable objects by key, plus one atomic put-if-absent.
+
+Keys are relative, ``/``-separated (``t/00000000000000000007``, ``m/<id>``). Every backend
+implements the same small surface so the core never knows where bytes live.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+from ..errors import StorageError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str
+    size: int
+    modified_ms: int
+
+
+class Storage(ABC):
+    """Bytes by key. Everything but put-if-absent may be retried freely: objects are immutable."""
+
+    url: str
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """The object's bytes. Raises ``NotFoundError`` when absent."""
+
+    @abstractmethod
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object. Raises ``NotFoundError`` when absent."""
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Write (or replace) an object."""
+
+    @abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Atomically create an object; ``False`` (nothing written) when it exists already."""
+
+    @abstractmethod
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Objects whose key starts with ``prefix`` (a folder like ``c/``), in no set order."""
+
+    @abstractmethod
+    def delete(self, keys: Iterable[str]) -> None:
+        """Delete objects; missing ones are ignored."""
+
+    @abstractmethod
+    def exists(self, key: str) -> bool:
+        """Whether the object exists (never used to decide a write: see put_if_absent)."""
+
+    def get_many(self, keys: Iterable[str]) -> list[bytes]:
+        return [self.get(k) for k in keys]
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release clients and connections."""
+
+
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+
+
+def with_retries(
+    operation: Callable[[], T],
+    describe: str,
+    attempts: int = 5,
+    transient: tuple[type[BaseException], ...] = TRANSIENT_ERRORS,
+    base_delay: float = 0.05,
+) -> T:
+    """Run ``operation``, retrying transient failures with jittered exponential backoff."""
+    for attempt in range(attempts):
+        try:
+            return operation()
+        except transient as exc:
+            if attempt == attempts - 1:
+                raise StorageError(f"{describe} failed after {attempts} attempts: {exc}") from exc
+            time.sleep(base_delay * (2**attempt) * (0.5 + random.random()))
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,121 @@
+"""S3 (or any S3-compatible endpoint) storage through s3fs.
+
+Put-if-absent is a ``PutObject`` with ``If-None-Match: *``: the server, not the client, decides
+the winner, so two writers racing for one generation can never both succeed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+from ..errors import NotFoundError, StorageError
+from .base import ObjectInfo, Storage, with_retries
+
+
+class S3Storage(Storage):
+    def __init__(self, bucket_and_prefix: str, **options: Any) -> None:
+        import s3fs
+
+        self.prefix = bucket_and_prefix.strip("/")
+        self.url = f"s3://{self.prefix}"
+        self.options = dict(options)
+        client_kwargs = dict(options.pop("client_kwargs", {}) or {})
+        if "endpoint_url" in options:
+            client_kwargs["endpoint_url"] = options.pop("endpoint_url")
+        if "region" in options:
+            client_kwargs["region_name"] = options.pop("region")
+        # No instance or listing caches: a repository must always see the newest objects.
+        self.fs = s3fs.S3FileSystem(
+            client_kwargs=client_kwargs,
+            skip_instance_cache=True,
+            use_listings_cache=False,
+            **options,
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"prefix": self.prefix, "options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["prefix"], **state["options"])  # type: ignore[misc]
+
+    def _path(self, key: str) -> str:
+        return f"{self.prefix}/{key}"
+
+    def get(self, key: str) -> bytes:
+        return self._read(key, None, None)
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        if end <= start:
+            return b""
+        return self._read(key, start, end)
+
+    def _read(self, key: str, start: int | None, end: int | None) -> bytes:
+        def read() -> bytes:
+            try:
+                return bytes(self.fs.cat_file(self._path(key), start=start, end=end))
+            except FileNotFoundError:
+                raise NotFoundError(f"object {key!r} not found in {self.url}") from None
+
+        return self._call(read, f"reading {key!r}")
+
+    def put(self, key: str, data: bytes) -> None:
+        self._call(lambda: self.fs.pipe_file(self._path(key), data), f"writing {key!r}")
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        def create() -> bool:
+            try:
+                self.fs.pipe_file(self._path(key), data, mode="create")
+                return True
+            except FileExistsError:
+                return False
+            except OSError as exc:
+                if _is_precondition_failure(exc):
+                    return False
+                raise
+
+        return self._call(create, f"creating {key!r}")
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        base = self._path(prefix)
+        try:
+            found = self._call(lambda: self.fs.find(base, detail=True), f"listing {prefix!r}")
+        except NotFoundError:
+            return
+        skip = len(self.prefix) + 1
+        for path, info in found.items():
+            if info.get("type") == "directory":
+                continue
+            modified = info.get("LastModified")
+            ms = int(modified.timestamp() * 1000) if isinstance(modified, datetime) else 0
+            yield ObjectInfo(path[skip:], int(info.get("size", 0)), ms)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        paths = [self._path(k) for k in keys]
+        for start in range(0, len(paths), 1000):  # S3 DeleteObjects takes at most 1,000 keys
+            batch = paths[start : start + 1000]
+            self._call(lambda b=batch: self.fs.rm(b), "deleting objects")  # type: ignore[misc]
+
+    def exists(self, key: str) -> bool:
+        return bool(self._call(lambda: self.fs.exists(self._path(key)), f"checking {key!r}"))
+
+    def _call(self, operation: Any, describe: str) -> Any:
+        try:
+            return with_retries(operation, f"{describe} in {self.url}")
+        except (NotFoundError, StorageError):
+            raise
+        except PermissionError as exc:
+            raise StorageError(f"{describe} in {self.url}: access denied ({exc}); check credentials") from exc
+        except OSError as exc:
+            raise StorageError(f"{describe} in {self.url} failed: {exc}") from exc
+
+
+def _is_precondition_failure(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        text = repr(seen)
+        if "PreconditionFailed" in text or "412" in text:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
