@@ -78,9 +78,7 @@ def chain_config(cardinality1: int | None = 2) -> ManifestConfig:
 # --- closure ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "modified", [{A}, {A, B}, {A, B, C}, {C}], ids=["a", "a-b", "a-b-c", "c"]
-)
+@pytest.mark.parametrize("modified", [{A}, {A, B}, {A, B, C}, {C}], ids=["a", "a-b", "a-b-c", "c"])
 def test_closure_seed_examples(modified: set[int]) -> None:
     assert closure(modified, SEED_MANIFESTS) == {A, B, C}
 
