@@ -91,6 +91,9 @@ class ConflictError(IcechunkSparkError):
             "on_conflict='ours' or 'theirs' to resolve chunk conflicts."
         )
 
+    def __reduce__(self) -> tuple[type[ConflictError], tuple[tuple[Conflict, ...], str]]:
+        return (ConflictError, (self.conflicts, self.branch))
+
 
 __all__ = [
     "AlreadyExistsError",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from .errors import (
     AlreadyExistsError,
     Conflict,
     ConflictError,
+    IcechunkSparkError,
     InvalidInputError,
     NotFoundError,
     ReadOnlyError,
@@ -37,7 +39,11 @@ if TYPE_CHECKING:
     from .repository import Repository
     from .zarr_store import IcechunkStore
 
-MAX_REBASES = 50
+MAX_REBASES = 200
+
+
+def _backoff(attempt: int) -> None:
+    time.sleep(random.random() * min(1.0, 0.01 * 2 ** min(attempt, 7)))
 
 
 class _BranchMoved(Exception):
@@ -406,7 +412,7 @@ class Session:
         assert self.branch is not None
         user_metadata = dict(metadata or {})
         json.dumps(user_metadata)  # metadata must be JSON: fail before writing anything
-        for _ in range(MAX_REBASES):
+        for attempt in range(MAX_REBASES):
             built = build_snapshot(
                 self._repo.storage, self._base, self._changes, self._repo.manifest_config, self._repo.pool
             )
@@ -414,13 +420,17 @@ class Session:
                 update_state(self._repo.storage, lambda state: self._next_state(state, built, message, user_metadata))
             except _BranchMoved as moved:
                 self._rebase(moved.state, on_conflict)
+                _backoff(attempt)  # many writers on one branch: spread out so each gets a turn
                 continue
             self._committed = True
             self.read_only = True
             self._base = SnapshotView(built.snapshot_id, built.nodes, self._repo.manifest_cache)
             self._repo.remember_view(self._base)
             return built.snapshot_id
-        raise ConflictError([], self.branch)
+        raise IcechunkSparkError(
+            f"gave up committing to {self.branch!r} after {MAX_REBASES} rebases onto concurrent "
+            "commits; the branch is too busy, retry later"
+        )
 
     def _next_state(self, state: State, built: BuiltSnapshot, message: str, metadata: Mapping[str, Any]) -> State:
         assert self.branch is not None

@@ -1,0 +1,60 @@
+"""Entry points run in separate processes by the concurrency and crash-safety tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+from icechunk_spark import ConflictError, Repository
+
+
+def commit_own_array(url: str, options: dict[str, Any], worker: int, commits: int) -> list[str]:
+    """Make ``commits`` commits, each writing one chunk of this worker's own array."""
+    repo = Repository.open(url, storage_options=options)
+    snapshots = []
+    for j in range(commits):
+        session = repo.writable_session("main")
+        session.set_chunk(f"/w{worker}", (j,), f"{worker}-{j}".encode())
+        snapshots.append(session.commit(f"worker {worker} commit {j}"))
+    return snapshots
+
+
+def commit_same_chunk(url: str, options: dict[str, Any], worker: int, start_at: float) -> str | None:
+    """Write chunk (0,) of /a from a session opened before ``start_at``; None on conflict."""
+    repo = Repository.open(url, storage_options=options)
+    session = repo.writable_session("main")
+    session.set_chunk("/a", (0,), f"worker-{worker}".encode())
+    time.sleep(max(0.0, start_at - time.time()))
+    try:
+        return session.commit(f"worker {worker}")
+    except ConflictError:
+        return None
+
+
+def commit_and_die_at(url: str, options: dict[str, Any], key_prefix: str) -> None:
+    """Commit a change, killing this process with SIGKILL when it first writes ``key_prefix``."""
+    repo = Repository.open(url, storage_options=options)
+    storage = repo.storage
+    real_put, real_put_if_absent = storage.put, storage.put_if_absent
+
+    def die_if_reached(key: str) -> None:
+        if key.startswith(key_prefix):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def put(key: str, data: bytes) -> None:
+        die_if_reached(key)
+        real_put(key, data)
+
+    def put_if_absent(key: str, data: bytes) -> bool:
+        die_if_reached(key)
+        return real_put_if_absent(key, data)
+
+    storage.put = put  # type: ignore[method-assign]
+    storage.put_if_absent = put_if_absent  # type: ignore[method-assign]
+    session = repo.writable_session("main")
+    session.set_chunk("/a", (0,), b"new" * 100)  # a chunk file, written before the commit
+    session.set_chunk("/a", (1,), b"n")
+    session.commit("doomed")
+    raise SystemExit("the commit finished without reaching " + key_prefix)
