@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .format.coords import coord_keys
+from .format.coords import coord_keys, keys_to_coords
 from .format.manifest import REF_SCHEMA, conform_refs, merge_refs
 from .format.structure import Node
 from .snapshot import ChunkRef, row_ref
@@ -69,12 +69,19 @@ class ArrayChanges:
         return [t.set_column(0, "array_id", pa.array(np.full(t.num_rows, node_id, np.uint64))) for t in out]
 
     def changed_coords(self) -> pa.Array:
-        coords = [t.column("coord") for t in self.tables]
+        """Every coord this session wrote or deleted, once each, sorted.
+
+        Sorting fixed-width keys costs far less memory than hashing a million binary values.
+        """
+        columns = [t.column("coord") for t in self.tables]
         if self.pending:
-            coords.append(pa.chunked_array([pa.array(list(self.pending), pa.binary())]))
-        if not coords:
-            return pa.array([], pa.binary())
-        return pc.unique(pa.chunked_array([c for col in coords for c in col.chunks], pa.binary()))
+            columns.append(pa.chunked_array([pa.array(list(self.pending), pa.binary())]))
+        if not columns or self.ndim == 0:
+            return pa.array([b""] if any(len(c) for c in columns) else [], pa.binary())
+        keys = np.sort(np.concatenate([coord_keys(c, self.ndim) for c in columns]))
+        first = np.ones(len(keys), dtype=bool)
+        first[1:] = keys[1:] != keys[:-1]
+        return keys_to_coords(keys[first])
 
     def drop_coords(self, coords: pa.Array) -> None:
         """Forget our changes to ``coords`` (used to let a concurrent writer's chunks win)."""

@@ -161,7 +161,7 @@ def _write_manifests(
     def write_one(manifest: PlannedManifest) -> list[tuple[int, ManifestRef]]:
         manifest_id = new_object_id()
         tables, out = [], []
-        for node_id in manifest.array_ids:
+        for node_id in sorted(manifest.array_ids):
             refs = refs_for(node_id)
             if refs.num_rows == 0:
                 continue
@@ -169,7 +169,9 @@ def _write_manifests(
             tables.append(refs)
             out.append((node_id, ManifestRef(manifest_id, _extent(refs, arrays[node_id]), refs.num_rows, manifest.set_name)))
         if tables:
-            storage.put(manifest_key(manifest_id), encode_manifest(pa.concat_tables(tables, promote_options="permissive")))
+            # Arrays in id order, each sorted by coord (merge_refs): already the manifest order.
+            data = encode_manifest(pa.concat_tables(tables, promote_options="permissive"), presorted=True)
+            storage.put(manifest_key(manifest_id), data)
             written.append(manifest_key(manifest_id))
         return out
 

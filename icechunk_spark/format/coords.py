@@ -74,3 +74,11 @@ def coord_keys(encoded: pa.Array | pa.ChunkedArray, ndim: int) -> np.ndarray:
     start = int(offsets[0]) if n else 0
     raw = np.frombuffer(data, dtype=np.uint8)[start : start + n * width] if n else np.empty(0, np.uint8)
     return raw.view(f"S{width}") if n else np.empty(0, dtype=f"S{width}")
+
+
+def keys_to_coords(keys: np.ndarray) -> pa.BinaryArray:
+    """The inverse of ``coord_keys``: a fixed-width bytes array back to a binary column."""
+    n, width = len(keys), keys.dtype.itemsize
+    offsets = (np.arange(n + 1, dtype=np.int32) * width).tobytes()
+    data = np.ascontiguousarray(keys).tobytes()
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])

@@ -85,10 +85,14 @@ def merge_refs(layers: Sequence[pa.Table], ndim: int, drop_tombstones: bool = Tr
     return result.filter(pc.invert(is_tombstone(result))) if drop_tombstones else result
 
 
-def encode_manifest(refs: pa.Table) -> bytes:
-    """Encode refs (of any number of arrays) as a manifest, sorted by array then coord."""
+def encode_manifest(refs: pa.Table, presorted: bool = False) -> bytes:
+    """Encode refs (of any number of arrays) as a manifest, sorted by array then coord.
+
+    ``presorted``: the caller guarantees that order already (sorting a copy of millions of
+    rows is the largest memory cost of a commit otherwise).
+    """
     refs = conform_refs(refs)
-    if refs.num_rows > 1:
+    if refs.num_rows > 1 and not presorted:
         refs = refs.sort_by([("array_id", "ascending"), ("coord", "ascending")])
     return table_to_parquet(
         refs,
