@@ -20,12 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from bench.common import median_seconds, peak_rss_mb, print_table, timed  # noqa: E402
-from icechunk_spark import Repository  # noqa: E402
+from bench.common import median_seconds, peak_rss_mb, print_table, timed
+from icechunk_spark import Repository
 
 
 def commit_refs(refs: int) -> dict[str, float]:
@@ -37,10 +37,17 @@ def commit_refs(refs: int) -> dict[str, float]:
     # One chunk file per chunk, as zarr writes them: a distinct random id per ref.
     random_ids = pa.array(np.random.default_rng(0).integers(0, 2**62, refs)).cast(pa.string())
     chunk_ids = pc.binary_join_element_wise(pa.scalar("C"), random_ids, "")
-    table = {"coord": coords, "chunk_id": chunk_ids, "offset": np.zeros(refs, np.uint64), "length": np.full(refs, 4096, np.uint64)}
+    table = {
+        "coord": coords,
+        "chunk_id": chunk_ids,
+        "offset": np.zeros(refs, np.uint64),
+        "length": np.full(refs, 4096, np.uint64),
+    }
     before = peak_rss_mb()
     session = repo.writable_session()
-    session.create_array("/var", shape=(side * 10, side * 10), chunk_shape=(10, 10), dtype="float32")
+    session.create_array(
+        "/var", shape=(side * 10, side * 10), chunk_shape=(10, 10), dtype="float32"
+    )
 
     def run() -> str:
         session.set_chunk_refs("/var", table)
@@ -48,7 +55,12 @@ def commit_refs(refs: int) -> dict[str, float]:
 
     seconds, _ = timed(run)
     manifest_bytes = sum(i.size for i in repo.storage.list("m/"))
-    return {"seconds": seconds, "peak_rss_mb": peak_rss_mb(), "rss_before_mb": before, "manifest_bytes_per_ref": manifest_bytes / refs}
+    return {
+        "seconds": seconds,
+        "peak_rss_mb": peak_rss_mb(),
+        "rss_before_mb": before,
+        "manifest_bytes_per_ref": manifest_bytes / refs,
+    }
 
 
 def open_and_read(snapshots: int) -> tuple[float, float]:
@@ -73,7 +85,9 @@ def open_and_read(snapshots: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--refs", type=int, default=1_000_000)
     parser.add_argument("--snapshots", type=int, default=1_000)
     parser.add_argument("--child", choices=["commit"], help=argparse.SUPPRESS)
@@ -83,7 +97,9 @@ def main() -> None:
         return
     out = subprocess.run(
         [sys.executable, __file__, "--child", "commit", "--refs", str(args.refs)],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     )
     commit = json.loads(out.stdout)
     read_s, history = open_and_read(args.snapshots)

@@ -49,7 +49,9 @@ class ArrayChanges:
         if not self.tables:
             return False, None
         table, keys = self._merged_tables()
-        probe = np.frombuffer(key.ljust(keys.itemsize, b"\0"), dtype=keys.dtype)[0] if key else keys[:0]
+        probe = (
+            np.frombuffer(key.ljust(keys.itemsize, b"\0"), dtype=keys.dtype)[0] if key else keys[:0]
+        )
         i = int(np.searchsorted(keys, probe)) if key else 0
         if i < len(keys) and keys[i : i + 1].tobytes() == key.ljust(keys.itemsize, b"\0"):
             return True, row_ref(table, i)
@@ -66,7 +68,10 @@ class ArrayChanges:
         out = list(self.tables)
         if self.pending:
             out.append(pending_table(self.pending))
-        return [t.set_column(0, "array_id", pa.array(np.full(t.num_rows, node_id, np.uint64))) for t in out]
+        return [
+            t.set_column(0, "array_id", pa.array(np.full(t.num_rows, node_id, np.uint64)))
+            for t in out
+        ]
 
     def changed_coords(self) -> pa.Array:
         """Every coord this session wrote or deleted, once each, sorted.
@@ -86,7 +91,9 @@ class ArrayChanges:
     def drop_coords(self, coords: pa.Array) -> None:
         """Forget our changes to ``coords`` (used to let a concurrent writer's chunks win)."""
         self._freeze_pending()
-        self.tables = [t.filter(pc.invert(pc.is_in(t.column("coord"), coords))) for t in self.tables]
+        self.tables = [
+            t.filter(pc.invert(pc.is_in(t.column("coord"), coords))) for t in self.tables
+        ]
         self._merged = None
 
     def _freeze_pending(self) -> None:
@@ -96,7 +103,7 @@ class ArrayChanges:
             self._merged = None
 
     def __len__(self) -> int:
-        return sum(t.num_rows for t in self.tables) + len(self.pending)
+        return sum(int(t.num_rows) for t in self.tables) + len(self.pending)
 
 
 def pending_table(pending: dict[bytes, Pending]) -> pa.Table:
@@ -108,8 +115,12 @@ def pending_table(pending: dict[bytes, Pending]) -> pa.Table:
             "inline_data": pa.array([r.inline_data if r else None for r in refs], pa.binary()),
             "chunk_id": pa.array([r.chunk_id if r else None for r in refs], pa.string()),
             "virtual_path": pa.array([r.virtual_path if r else None for r in refs], pa.string()),
-            "offset": pa.array([r.offset if r and r.kind != "inline" else None for r in refs], pa.uint64()),
-            "length": pa.array([r.length if r and r.kind != "inline" else None for r in refs], pa.uint64()),
+            "offset": pa.array(
+                [r.offset if r and r.kind != "inline" else None for r in refs], pa.uint64()
+            ),
+            "length": pa.array(
+                [r.length if r and r.kind != "inline" else None for r in refs], pa.uint64()
+            ),
             "checksum": pa.array([r.checksum if r else None for r in refs], pa.string()),
         },
         schema=REF_SCHEMA,
@@ -127,7 +138,12 @@ class ChangeSet:
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def is_empty(self) -> bool:
-        return not (self.created or self.updated or self.deleted or any(len(c) for c in self.chunks.values()))
+        return not (
+            self.created
+            or self.updated
+            or self.deleted
+            or any(len(c) for c in self.chunks.values())
+        )
 
     def array_changes(self, node: Node) -> ArrayChanges:
         changes = self.chunks.get(node.id)

@@ -32,7 +32,9 @@ class RepositoryConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ConfigError(f"unknown repository config keys {unknown}; known keys: {sorted(known)}")
+            raise ConfigError(
+                f"unknown repository config keys {unknown}; known keys: {sorted(known)}"
+            )
         config = cls(**data)
         config.validate()
         return config
@@ -41,7 +43,9 @@ class RepositoryConfig:
         return {
             "inline_chunk_threshold_bytes": self.inline_chunk_threshold_bytes,
             "manifests": None if self.manifests is None else dict(self.manifests),
-            "virtual_chunk_containers": {k: dict(v) for k, v in self.virtual_chunk_containers.items()},
+            "virtual_chunk_containers": {
+                k: dict(v) for k, v in self.virtual_chunk_containers.items()
+            },
             "max_concurrent_writes": self.max_concurrent_writes,
         }
 
@@ -56,7 +60,10 @@ class RepositoryConfig:
         return RepositoryConfig.from_dict(base)
 
     def validate(self) -> None:
-        if not isinstance(self.inline_chunk_threshold_bytes, int) or self.inline_chunk_threshold_bytes < 0:
+        if (
+            not isinstance(self.inline_chunk_threshold_bytes, int)
+            or self.inline_chunk_threshold_bytes < 0
+        ):
             raise ConfigError("config.inline_chunk_threshold_bytes must be an integer >= 0")
         if not isinstance(self.max_concurrent_writes, int) or self.max_concurrent_writes < 1:
             raise ConfigError("config.max_concurrent_writes must be an integer >= 1")

@@ -64,10 +64,14 @@ class Found:
         return all(c.kind == "chunk written concurrently" for c in self.conflicts)
 
 
-def find_conflicts(ours: ChangeSet, theirs: Theirs, paths_by_id: Mapping[int, str], ndims: Mapping[int, int]) -> Found:
+def find_conflicts(
+    ours: ChangeSet, theirs: Theirs, paths_by_id: Mapping[int, str], ndims: Mapping[int, int]
+) -> Found:
     conflicts: list[Conflict] = []
     for path in ours.created:
-        if "new_group" in theirs.node_kinds.get(path, ()) or "new_array" in theirs.node_kinds.get(path, ()):
+        if "new_group" in theirs.node_kinds.get(path, ()) or "new_array" in theirs.node_kinds.get(
+            path, ()
+        ):
             conflicts.append(Conflict(path, "node created concurrently at the same path"))
     for path in ours.updated:
         kinds = theirs.node_kinds.get(path, frozenset())

@@ -21,7 +21,9 @@ Authorization = Mapping[str, Mapping[str, Any]]
 def normalize_prefix(prefix: str) -> str:
     parsed = urlparse(prefix)
     if not parsed.scheme:
-        raise InvalidInputError(f"virtual chunk container {prefix!r} must be a URL with a scheme (file:///data/)")
+        raise InvalidInputError(
+            f"virtual chunk container {prefix!r} must be a URL with a scheme (file:///data/)"
+        )
     return prefix if prefix.endswith("/") else prefix + "/"
 
 
@@ -43,7 +45,8 @@ def resolve_url(url: str, containers: Iterable[str]) -> tuple[str, str]:
     if not parsed.scheme:
         if len(prefixes) != 1:
             raise InvalidInputError(
-                f"relative virtual ref {url!r} is ambiguous: the repository has {len(prefixes)} containers"
+                f"relative virtual ref {url!r} is ambiguous: "
+                f"the repository has {len(prefixes)} containers"
             )
         url = prefixes[0] + url.lstrip("/")
     scheme, rest = url.split("://", 1) if "://" in url else (parsed.scheme, url)
@@ -60,7 +63,9 @@ def resolve_url(url: str, containers: Iterable[str]) -> tuple[str, str]:
 class VirtualReader:
     """Reads byte ranges of virtual refs, only from containers the user authorized."""
 
-    def __init__(self, containers: Mapping[str, Mapping[str, Any]], authorized: Authorization | None) -> None:
+    def __init__(
+        self, containers: Mapping[str, Mapping[str, Any]], authorized: Authorization | None
+    ) -> None:
         self._containers = {normalize_prefix(k): dict(v) for k, v in containers.items()}
         self._authorized = {normalize_prefix(k): dict(v) for k, v in (authorized or {}).items()}
         self._filesystems: dict[str, Any] = {}
@@ -100,8 +105,9 @@ class VirtualReader:
         current = file_checksum(info)
         if current != checksum:
             raise InvalidInputError(
-                f"virtual ref target {url!r} changed since the ref was written (checksum {checksum!r}, "
-                f"now {current!r}); re-import it, or read with verify_virtual_checksums=False"
+                f"virtual ref target {url!r} changed since the ref was written (checksum "
+                f"{checksum!r}, now {current!r}); re-import it, or read with "
+                "verify_virtual_checksums=False"
             )
 
 

@@ -10,7 +10,7 @@
     │   └── ConfigError          a configuration file or value is invalid (names the YAML path)
     ├── ReadOnlyError            a write on a read-only session or store
     ├── StorageError(OSError)    the storage backend failed (after retries)
-    └── FormatError              a file in the repository is truncated, corrupt or of an unknown version
+    └── FormatError              a repository file is truncated, corrupt or of an unknown version
 
 Every message says what went wrong and, where there is one, what to do next.
 """
@@ -41,7 +41,7 @@ class InvalidInputError(IcechunkSparkError, ValueError):
 
 
 class ConfigError(InvalidInputError):
-    """A configuration value is invalid; the message names its path, e.g. ``chunk-manifests.sets[1]``."""
+    """A configuration value is invalid; the message names its YAML path (``sets[1].x``)."""
 
 
 class ReadOnlyError(IcechunkSparkError):

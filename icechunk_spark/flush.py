@@ -65,7 +65,9 @@ def build_snapshot(
     plan = plan_manifests(stats, existing, modified, manifest_config, created)
 
     written: list[str] = []
-    new_refs = _write_manifests(storage, pool, plan.new_manifests, plan.closure, arrays, base, merged, written)
+    new_refs = _write_manifests(
+        storage, pool, plan.new_manifests, plan.closure, arrays, base, merged, written
+    )
     final = {}
     for path, node in nodes.items():
         if node.type == "array" and node.id in plan.closure:
@@ -76,7 +78,9 @@ def build_snapshot(
     structure_id = new_object_id()
     attrs_id = new_object_id()
     structure, attrs, assigned = encode_structure(final.values(), attrs_id)
-    final = {p: replace(n, attrs_ref=assigned[n.id]) if n.id in assigned else n for p, n in final.items()}
+    final = {
+        p: replace(n, attrs_ref=assigned[n.id]) if n.id in assigned else n for p, n in final.items()
+    }
     txlog = encode_txlog(_node_changes(changes), _chunk_change_tables(changes, arrays))
     objects = [(structure_key(structure_id), structure), (txlog_key(snapshot_id), txlog)]
     if attrs is not None:
@@ -86,7 +90,9 @@ def build_snapshot(
     return BuiltSnapshot(snapshot_id, structure_id, final, tuple(written))
 
 
-def _modified_arrays(base_arrays: Mapping[int, Node], arrays: Mapping[int, Node], changes: ChangeSet) -> set[int]:
+def _modified_arrays(
+    base_arrays: Mapping[int, Node], arrays: Mapping[int, Node], changes: ChangeSet
+) -> set[int]:
     modified = {i for i in changes.modified_array_ids() if i in arrays}
     modified |= {n.id for n in changes.created.values() if n.type == "array"}
     modified |= {i for i in base_arrays if i not in arrays}  # deleted arrays leave their manifests
@@ -138,7 +144,10 @@ def _existing_manifests(base_arrays: Iterable[Node]) -> list[ExistingManifest]:
         for m in node.manifests:
             members.setdefault(m.manifest_id, set()).add(node.id)
             set_names[m.manifest_id] = m.set_name
-    return [ExistingManifest(mid, set_names[mid], frozenset(ids)) for mid, ids in sorted(members.items())]
+    return [
+        ExistingManifest(mid, set_names[mid], frozenset(ids))
+        for mid, ids in sorted(members.items())
+    ]
 
 
 def _write_manifests(
@@ -165,12 +174,26 @@ def _write_manifests(
             refs = refs_for(node_id)
             if refs.num_rows == 0:
                 continue
-            refs = refs.set_column(0, "array_id", pa.array(np.full(refs.num_rows, node_id, np.uint64)))
+            refs = refs.set_column(
+                0, "array_id", pa.array(np.full(refs.num_rows, node_id, np.uint64))
+            )
             tables.append(refs)
-            out.append((node_id, ManifestRef(manifest_id, _extent(refs, arrays[node_id]), refs.num_rows, manifest.set_name)))
+            out.append(
+                (
+                    node_id,
+                    ManifestRef(
+                        manifest_id,
+                        _extent(refs, arrays[node_id]),
+                        refs.num_rows,
+                        manifest.set_name,
+                    ),
+                )
+            )
         if tables:
             # Arrays in id order, each sorted by coord (merge_refs): already the manifest order.
-            data = encode_manifest(pa.concat_tables(tables, promote_options="permissive"), presorted=True)
+            data = encode_manifest(
+                pa.concat_tables(tables, promote_options="permissive"), presorted=True
+            )
             storage.put(manifest_key(manifest_id), data)
             written.append(manifest_key(manifest_id))
         return out
@@ -187,7 +210,10 @@ def _extent(refs: pa.Table, node: Node) -> tuple[tuple[int, int], ...]:
     if node.meta.ndim == 0:
         return ()
     coords = decode_coords(refs.column("coord"), node.meta.ndim)
-    return tuple((int(lo), int(hi) + 1) for lo, hi in zip(coords.min(axis=0), coords.max(axis=0), strict=True))
+    return tuple(
+        (int(lo), int(hi) + 1)
+        for lo, hi in zip(coords.min(axis=0), coords.max(axis=0), strict=True)
+    )
 
 
 def _node_changes(changes: ChangeSet) -> list[NodeChange]:

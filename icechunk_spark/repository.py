@@ -45,10 +45,14 @@ class Repository:
         self._authorized = _authorization(authorize_virtual)
         self.config = RepositoryConfig.from_dict(state.config).merged(config_override)
         self.manifest_config: ManifestConfig = (
-            parse_config(self.config.manifests) if self.config.manifests is not None else default_config()
+            parse_config(self.config.manifests)
+            if self.config.manifests is not None
+            else default_config()
         )
         self.manifest_cache = ManifestCache(storage)
-        self.pool = ThreadPoolExecutor(max_workers=self.config.max_concurrent_writes, thread_name_prefix="icechunk-io")
+        self.pool = ThreadPoolExecutor(
+            max_workers=self.config.max_concurrent_writes, thread_name_prefix="icechunk-io"
+        )
         self.virtual_reader = VirtualReader(self.config.virtual_chunk_containers, self._authorized)
         self._views: dict[str, SnapshotView] = {}
         self._views_lock = threading.Lock()
@@ -89,7 +93,9 @@ class Repository:
             config=repo_config.to_dict(),
         )
         if storage.exists(state_key(0)) or not publish_state(storage, state):
-            raise AlreadyExistsError(f"a repository exists at {storage.url} already; open it with Repository.open")
+            raise AlreadyExistsError(
+                f"a repository exists at {storage.url} already; open it with Repository.open"
+            )
         return cls(storage, state, None, authorize_virtual, storage_options)
 
     @classmethod
@@ -148,7 +154,9 @@ class Repository:
         new = RepositoryConfig.from_dict(self.state().config).merged(config)
         update_state(self.storage, lambda s: s.next(config=new.to_dict()))
         self.config = new.merged(self._config_override) if self._config_override else new
-        self.manifest_config = parse_config(new.manifests) if new.manifests is not None else default_config()
+        self.manifest_config = (
+            parse_config(new.manifests) if new.manifests is not None else default_config()
+        )
         return new
 
     # -- sessions -------------------------------------------------------------------------
@@ -179,7 +187,9 @@ class Repository:
             target = state.branch(branch or DEFAULT_BRANCH).snapshot_id
         if as_of is not None:
             target = self._as_of(state, target, as_of)
-        return Session(self, self.snapshot_view(target, state), branch if not chosen else None, read_only=True)
+        return Session(
+            self, self.snapshot_view(target, state), branch if not chosen else None, read_only=True
+        )
 
     def _as_of(self, state: State, tip: str, as_of: datetime) -> str:
         if as_of.tzinfo is None:
@@ -196,7 +206,9 @@ class Repository:
         if view is not None:
             return view
         info = (state or self.state()).snapshot(snapshot_id)
-        view = SnapshotView.load(self.storage, snapshot_id, info.structure_file, self.manifest_cache)
+        view = SnapshotView.load(
+            self.storage, snapshot_id, info.structure_file, self.manifest_cache
+        )
         self.remember_view(view)
         return view
 
@@ -217,9 +229,13 @@ class Repository:
             return ref.inline_data[start:end]
         if ref.kind == "native":
             assert ref.chunk_id is not None
-            return self.storage.get_range(chunk_key(ref.chunk_id), ref.offset + start, ref.offset + end)
+            return self.storage.get_range(
+                chunk_key(ref.chunk_id), ref.offset + start, ref.offset + end
+            )
         assert ref.virtual_path is not None
-        return self.virtual_reader.read(ref.virtual_path, ref.offset + start, end - start, ref.checksum)
+        return self.virtual_reader.read(
+            ref.virtual_path, ref.offset + start, end - start, ref.checksum
+        )
 
     # -- branches and tags ----------------------------------------------------------------
     def list_branches(self) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import time
@@ -83,7 +84,9 @@ class Session:
     >>> session.commit("create the root group")            # doctest: +SKIP
     """
 
-    def __init__(self, repo: Repository, base: SnapshotView, branch: str | None, read_only: bool) -> None:
+    def __init__(
+        self, repo: Repository, base: SnapshotView, branch: str | None, read_only: bool
+    ) -> None:
         self._repo = repo
         self._base = base
         self.branch = branch
@@ -155,7 +158,10 @@ class Session:
             "node_type": "array",
             "shape": [int(s) for s in shape],
             "data_type": dtype,
-            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [int(c) for c in chunk_shape]}},
+            "chunk_grid": {
+                "name": "regular",
+                "configuration": {"chunk_shape": [int(c) for c in chunk_shape]},
+            },
             "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
             "fill_value": fill_value,
             "codecs": list(codecs or [{"name": "bytes", "configuration": {"endian": "little"}}]),
@@ -202,7 +208,9 @@ class Session:
             doomed = [node]
             if recursive:
                 prefix = "/" if path == "/" else path + "/"
-                doomed += [n for n in self.list_nodes() if n.path.startswith(prefix) and n.path != path]
+                doomed += [
+                    n for n in self.list_nodes() if n.path.startswith(prefix) and n.path != path
+                ]
             for victim in doomed:
                 self._forget(victim)
 
@@ -242,7 +250,13 @@ class Session:
             self._changes.array_changes(node).set(encode_coord(coord), ref)
 
     def set_virtual_ref(
-        self, path: str, coord: Sequence[int], url: str, offset: int, length: int, checksum: str | None = None
+        self,
+        path: str,
+        coord: Sequence[int],
+        url: str,
+        offset: int,
+        length: int,
+        checksum: str | None = None,
     ) -> None:
         """Point one chunk at ``length`` bytes at ``offset`` of ``url`` (inside a container)."""
         self._require_writable()
@@ -250,8 +264,16 @@ class Session:
         coord = self._check_coord(node, coord)
         absolute, _ = resolve_url(url, self._repo.config.virtual_chunk_containers)
         if offset < 0 or length < 0:
-            raise InvalidInputError(f"virtual ref for {node.path!r} {coord}: offset and length must be >= 0")
-        ref = ChunkRef("virtual", virtual_path=absolute, offset=int(offset), length=int(length), checksum=checksum)
+            raise InvalidInputError(
+                f"virtual ref for {node.path!r} {coord}: offset and length must be >= 0"
+            )
+        ref = ChunkRef(
+            "virtual",
+            virtual_path=absolute,
+            offset=int(offset),
+            length=int(length),
+            checksum=checksum,
+        )
         with self._changes.lock:
             self._changes.array_changes(node).set(encode_coord(coord), ref)
 
@@ -279,7 +301,7 @@ class Session:
         table = self._resolve_virtual_column(table)
         with self._changes.lock:
             self._changes.array_changes(node).add_table(table)
-        return table.num_rows
+        return int(table.num_rows)
 
     def get_chunk_ref(self, path: str, coord: Sequence[int]) -> ChunkRef | None:
         """Where the chunk's bytes are, or ``None`` when it was never written."""
@@ -297,7 +319,9 @@ class Session:
             return None
         return self._base.lookup(base, coord, key)
 
-    def get_chunk(self, path: str, coord: Sequence[int], byte_range: tuple[int, int | None] | None = None) -> bytes | None:
+    def get_chunk(
+        self, path: str, coord: Sequence[int], byte_range: tuple[int, int | None] | None = None
+    ) -> bytes | None:
         """The chunk's bytes (``[start, end)`` of them with ``byte_range``), or ``None``."""
         ref = self.get_chunk_ref(path, coord)
         if ref is None:
@@ -328,7 +352,9 @@ class Session:
         assert node.meta is not None
         coord = tuple(int(c) for c in coord)
         grid = node.meta.grid_shape
-        if len(coord) != len(grid) or any(not 0 <= c < g for c, g in zip(coord, grid, strict=False)):
+        if len(coord) != len(grid) or any(
+            not 0 <= c < g for c, g in zip(coord, grid, strict=False)
+        ):
             raise InvalidInputError(
                 f"chunk coord {coord} is outside the chunk grid {grid} of array {node.path!r}"
             )
@@ -343,13 +369,16 @@ class Session:
         if outside.any():
             first = tuple(int(c) for c in coords[int(np.argmax(outside))])
             raise InvalidInputError(
-                f"{int(outside.sum())} chunk coords lie outside the chunk grid {node.meta.grid_shape} "
-                f"of array {node.path!r}, the first {first}"
+                f"{int(outside.sum())} chunk coords lie outside the chunk grid "
+                f"{node.meta.grid_shape} of array {node.path!r}, the first {first}"
             )
 
     @staticmethod
     def _check_one_location(node: Node, table: pa.Table) -> None:
-        located = [pc.cast(pc.is_valid(table.column(c)), pa.int8()) for c in ("inline_data", "chunk_id", "virtual_path")]
+        located = [
+            pc.cast(pc.is_valid(table.column(c)), pa.int8())
+            for c in ("inline_data", "chunk_id", "virtual_path")
+        ]
         count = pc.add(pc.add(located[0], located[1]), located[2])
         bad = pc.not_equal(count, 1)
         if pc.any(bad).as_py():
@@ -367,8 +396,12 @@ class Session:
         resolved = {u: resolve_url(u, containers)[0] for u in unique}
         if all(k == v for k, v in resolved.items()):
             return table
-        mapped = pa.array([resolved.get(v) if v is not None else None for v in column.to_pylist()], pa.string())
-        return table.set_column(table.schema.get_field_index("virtual_path"), "virtual_path", mapped)
+        mapped = pa.array(
+            [resolved.get(v) if v is not None else None for v in column.to_pylist()], pa.string()
+        )
+        return table.set_column(
+            table.schema.get_field_index("virtual_path"), "virtual_path", mapped
+        )
 
     # -- status and commit ----------------------------------------------------------------
     def status(self) -> ChangeSummary:
@@ -379,7 +412,11 @@ class Session:
                 created=tuple(sorted(changes.created)),
                 updated=tuple(sorted(changes.updated)),
                 deleted=tuple(sorted(changes.deleted)),
-                chunks={paths[i]: len(c.changed_coords()) for i, c in changes.chunks.items() if len(c) and i in paths},
+                chunks={
+                    paths[i]: len(c.changed_coords())
+                    for i, c in changes.chunks.items()
+                    if len(c) and i in paths
+                },
             )
 
     def discard_changes(self) -> None:
@@ -406,7 +443,9 @@ class Session:
         """
         self._require_writable()
         if on_conflict not in ("fail", "ours", "theirs"):
-            raise InvalidInputError(f"on_conflict must be 'fail', 'ours' or 'theirs', not {on_conflict!r}")
+            raise InvalidInputError(
+                f"on_conflict must be 'fail', 'ours' or 'theirs', not {on_conflict!r}"
+            )
         if self._changes.is_empty():
             raise InvalidInputError("no changes to commit; write something first")
         assert self.branch is not None
@@ -414,10 +453,19 @@ class Session:
         json.dumps(user_metadata)  # metadata must be JSON: fail before writing anything
         for attempt in range(MAX_REBASES):
             built = build_snapshot(
-                self._repo.storage, self._base, self._changes, self._repo.manifest_config, self._repo.pool
+                self._repo.storage,
+                self._base,
+                self._changes,
+                self._repo.manifest_config,
+                self._repo.pool,
             )
             try:
-                update_state(self._repo.storage, lambda state: self._next_state(state, built, message, user_metadata))
+                update_state(
+                    self._repo.storage,
+                    functools.partial(
+                        self._next_state, built=built, message=message, metadata=user_metadata
+                    ),
+                )
             except _BranchMoved as moved:
                 self._rebase(moved.state, on_conflict)
                 _backoff(attempt)  # many writers on one branch: spread out so each gets a turn
@@ -432,7 +480,9 @@ class Session:
             "commits; the branch is too busy, retry later"
         )
 
-    def _next_state(self, state: State, built: BuiltSnapshot, message: str, metadata: Mapping[str, Any]) -> State:
+    def _next_state(
+        self, state: State, built: BuiltSnapshot, message: str, metadata: Mapping[str, Any]
+    ) -> State:
         assert self.branch is not None
         tip = state.branch(self.branch).snapshot_id
         if tip != self._base.snapshot_id:
@@ -463,7 +513,9 @@ class Session:
             info = state.snapshots.get(cursor)
             cursor = info.parent_id if info is not None else None
         if cursor is None:
-            reset = Conflict(self.branch, "branch was reset to a snapshot that does not descend from ours")
+            reset = Conflict(
+                self.branch, "branch was reset to a snapshot that does not descend from ours"
+            )
             raise ConflictError([reset], self.branch)
         with self._changes.lock:
             nodes = current_nodes(self._base, self._changes)
@@ -496,21 +548,31 @@ def _as_ref_table(refs: pa.Table | Mapping[str, Any], ndim: int) -> pa.Table:
         refs = dict(refs)
         coords = refs.get("coord")
         if isinstance(coords, np.ndarray):
-            refs["coord"] = encode_coords(coords.reshape(-1, ndim) if ndim else coords.reshape(-1, 0))
+            refs["coord"] = encode_coords(
+                coords.reshape(-1, ndim) if ndim else coords.reshape(-1, 0)
+            )
         refs = pa.table(refs)
     if "location" in refs.column_names and "virtual_path" not in refs.column_names:
-        refs = refs.rename_columns(["virtual_path" if c == "location" else c for c in refs.column_names])
+        refs = refs.rename_columns(
+            ["virtual_path" if c == "location" else c for c in refs.column_names]
+        )
     if "coord" not in refs.column_names:
         raise InvalidInputError("bulk refs need a 'coord' column")
     coord = refs.column("coord")
-    if pa.types.is_list(coord.type) or pa.types.is_large_list(coord.type) or pa.types.is_fixed_size_list(coord.type):
+    if (
+        pa.types.is_list(coord.type)
+        or pa.types.is_large_list(coord.type)
+        or pa.types.is_fixed_size_list(coord.type)
+    ):
         flat = pc.list_flatten(coord).to_numpy(zero_copy_only=False)
         lengths = pc.list_value_length(coord).to_numpy(zero_copy_only=False)
         if len(lengths) and not np.all(lengths == ndim):
             raise InvalidInputError(f"every coord must have {ndim} indices")
         if len(flat) and flat.min() < 0:
             raise InvalidInputError("chunk coords must be >= 0")
-        refs = refs.set_column(refs.schema.get_field_index("coord"), "coord", encode_coords(flat.reshape(-1, ndim)))
+        refs = refs.set_column(
+            refs.schema.get_field_index("coord"), "coord", encode_coords(flat.reshape(-1, ndim))
+        )
     elif not (pa.types.is_binary(coord.type) or pa.types.is_large_binary(coord.type)):
         raise InvalidInputError(f"the 'coord' column must be list<int> or binary, not {coord.type}")
     if "array_id" not in refs.column_names:

@@ -121,12 +121,14 @@ class RefIndex:
             self.keys = self.keys[order]
 
     def __len__(self) -> int:
-        return self.table.num_rows
+        return int(self.table.num_rows)
 
     def lookup(self, key: bytes) -> ChunkRef | None:
         probe = np.frombuffer(key, dtype=self.keys.dtype) if key else np.zeros(1, self.keys.dtype)
         i = int(np.searchsorted(self.keys, probe[0]))
-        if i >= len(self.keys) or self.keys[i : i + 1].tobytes() != key.ljust(self.keys.itemsize, b"\0"):
+        if i >= len(self.keys) or self.keys[i : i + 1].tobytes() != key.ljust(
+            self.keys.itemsize, b"\0"
+        ):
             return None
         return self.ref_at(i)
 
@@ -150,7 +152,11 @@ def row_ref(table: pa.Table, i: int) -> ChunkRef | None:
     if path is None:
         return None
     return ChunkRef(
-        "virtual", virtual_path=path, offset=offset, length=length, checksum=table.column("checksum")[i].as_py()
+        "virtual",
+        virtual_path=path,
+        offset=offset,
+        length=length,
+        checksum=table.column("checksum")[i].as_py(),
     )
 
 
@@ -199,7 +205,9 @@ class SnapshotView:
         try:
             return self.nodes[path]
         except KeyError:
-            raise NotFoundError(f"no group or array at {path!r} in snapshot {self.snapshot_id}") from None
+            raise NotFoundError(
+                f"no group or array at {path!r} in snapshot {self.snapshot_id}"
+            ) from None
 
     def ref_index(self, node: Node, manifest: ManifestRef) -> RefIndex:
         key = (node.id, manifest.manifest_id)
@@ -221,14 +229,16 @@ class SnapshotView:
                     return found
         return None
 
-    def array_refs(self, node: Node, wanted: Callable[[ManifestRef], bool] | None = None) -> list[pa.Table]:
+    def array_refs(
+        self, node: Node, wanted: Callable[[ManifestRef], bool] | None = None
+    ) -> list[pa.Table]:
         """The array's refs, one table per manifest piece (each sorted by coord)."""
         return [
-            self.ref_index(node, m).table
-            for m in node.manifests
-            if wanted is None or wanted(m)
+            self.ref_index(node, m).table for m in node.manifests if wanted is None or wanted(m)
         ]
 
     def children(self, path: str) -> Iterable[Node]:
         prefix = path.rstrip("/") + "/"
-        return (n for p, n in self.nodes.items() if p.startswith(prefix) and "/" not in p[len(prefix) :])
+        return (
+            n for p, n in self.nodes.items() if p.startswith(prefix) and "/" not in p[len(prefix) :]
+        )

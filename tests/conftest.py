@@ -44,7 +44,9 @@ def s3_endpoint() -> Iterator[str]:
     _wait_for(endpoint)
     import s3fs
 
-    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": endpoint}, skip_instance_cache=True, **S3_CREDENTIALS)
+    fs = s3fs.S3FileSystem(
+        client_kwargs={"endpoint_url": endpoint}, skip_instance_cache=True, **S3_CREDENTIALS
+    )
     fs.mkdir(S3_BUCKET)
     yield endpoint
     proc.terminate()

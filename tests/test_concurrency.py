@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -32,7 +33,9 @@ def test_eight_processes_commit_to_one_branch_linearly(process_backend):
 
     with _pool() as pool:
         futures = [
-            pool.submit(workers.commit_own_array, process_backend.url, process_backend.options, w, COMMITS)
+            pool.submit(
+                workers.commit_own_array, process_backend.url, process_backend.options, w, COMMITS
+            )
             for w in range(WORKERS)
         ]
         results = [f.result() for f in futures]
@@ -40,7 +43,7 @@ def test_eight_processes_commit_to_one_branch_linearly(process_backend):
     history = list(repo.ancestry(branch="main"))
     assert len(history) == 2 + WORKERS * COMMITS
     assert history[-2].id == setup
-    for child, parent in zip(history, history[1:], strict=False):
+    for child, parent in itertools.pairwise(history):
         assert child.parent_id == parent.id  # linear: every snapshot's parent is the one before
     by_id = {info.id: info for info in history}
     for w, snapshots in enumerate(results):
@@ -65,16 +68,23 @@ def test_processes_writing_the_same_chunk_commit_or_conflict(process_backend):
     start_at = time.time() + 4.0  # every worker has opened its session by then
     with _pool() as pool:
         futures = [
-            pool.submit(workers.commit_same_chunk, process_backend.url, process_backend.options, w, start_at)
+            pool.submit(
+                workers.commit_same_chunk, process_backend.url, process_backend.options, w, start_at
+            )
             for w in range(WORKERS)
         ]
         outcomes = [f.result() for f in futures]
 
     committed = {w: s for w, s in enumerate(outcomes) if s is not None}
     assert committed, "at least one writer must win"
-    history = list(Repository.open(process_backend.url, storage_options=process_backend.options).ancestry())
+    history = list(
+        Repository.open(process_backend.url, storage_options=process_backend.options).ancestry()
+    )
     new = [info.id for info in history if info.id != setup and info.parent_id is not None]
     assert sorted(new) == sorted(committed.values())  # every success is in history, nothing else
     for w, snapshot in committed.items():
-        assert repo.readonly_session(snapshot_id=snapshot).get_chunk("/a", (0,)) == f"worker-{w}".encode()
+        assert (
+            repo.readonly_session(snapshot_id=snapshot).get_chunk("/a", (0,))
+            == f"worker-{w}".encode()
+        )
     assert len(committed) < WORKERS  # they all started from one base: the losers saw conflicts

@@ -20,13 +20,17 @@ def _committed(backend):
 def test_garbage_state_hint(backend):
     repo = _committed(backend)
     repo.storage.put("icechunk.json", b"\x00garbage")
-    with pytest.raises(FormatError, match="icechunk.json"):
+    with pytest.raises(FormatError, match=r"icechunk\.json"):
         open_repo(backend)
 
 
 def test_truncated_structure_file(backend):
     repo = _committed(backend)
-    [key] = [i.key for i in repo.storage.list("s/") if i.key.endswith(repo.lookup_snapshot(repo.lookup_branch("main")).structure_file)]
+    [key] = [
+        i.key
+        for i in repo.storage.list("s/")
+        if i.key.endswith(repo.lookup_snapshot(repo.lookup_branch("main")).structure_file)
+    ]
     data = repo.storage.get(key)
     repo.storage.put(key, data[: len(data) // 3])
     with pytest.raises(FormatError, match=key):

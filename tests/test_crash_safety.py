@@ -31,7 +31,8 @@ def test_killed_writer_leaves_a_consistent_repository(process_backend, die_at, v
 
     ctx = multiprocessing.get_context("spawn")
     proc = ctx.Process(
-        target=workers.commit_and_die_at, args=(process_backend.url, process_backend.options, die_at)
+        target=workers.commit_and_die_at,
+        args=(process_backend.url, process_backend.options, die_at),
     )
     proc.start()
     proc.join(timeout=120)
@@ -52,5 +53,10 @@ def test_killed_writer_leaves_a_consistent_repository(process_backend, die_at, v
     session = reopened.writable_session()
     session.set_chunk("/a", (3,), b"after")
     after = session.commit("after the crash")
-    assert Repository.open(process_backend.url, storage_options=process_backend.options).lookup_branch("main") == after
+    assert (
+        Repository.open(process_backend.url, storage_options=process_backend.options).lookup_branch(
+            "main"
+        )
+        == after
+    )
     assert reopened.readonly_session().get_chunk("/a", (3,)) == b"after"

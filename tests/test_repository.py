@@ -194,7 +194,10 @@ def test_time_travel_by_id_tag_and_as_of(backend):
         expected = f"value-{i}".encode()
         assert repo.readonly_session(snapshot_id=snapshot).get_chunk("/a", (0, 0)) == expected
         assert repo.readonly_session(tag=f"t{i}").get_chunk("/a", (0, 0)) == expected
-        assert repo.readonly_session(branch="main", as_of=written_at).get_chunk("/a", (0, 0)) == expected
+        assert (
+            repo.readonly_session(branch="main", as_of=written_at).get_chunk("/a", (0, 0))
+            == expected
+        )
     with pytest.raises(NotFoundError):
         repo.readonly_session(as_of=datetime(2000, 1, 1, tzinfo=UTC))
     later = history[-1][1] + timedelta(days=1)
@@ -269,9 +272,13 @@ def test_bad_input_is_refused_and_nothing_changes(backend):
     with pytest.raises(InvalidInputError, match="outside the chunk grid"):
         session.set_chunk("/a", (0,), b"x")
     with pytest.raises(InvalidInputError, match="outside the chunk grid"):
-        session.set_chunk_refs("/a", {"coord": np.array([[0, 0], [5, 5]]), "inline_data": [b"a", b"b"]})
+        session.set_chunk_refs(
+            "/a", {"coord": np.array([[0, 0], [5, 5]]), "inline_data": [b"a", b"b"]}
+        )
     with pytest.raises(InvalidInputError, match="exactly one of"):
-        session.set_chunk_refs("/a", pa.table({"coord": [[0, 0]], "inline_data": pa.array([None], pa.binary())}))
+        session.set_chunk_refs(
+            "/a", pa.table({"coord": [[0, 0]], "inline_data": pa.array([None], pa.binary())})
+        )
     with pytest.raises(AlreadyExistsError):
         session.create_array("/a", shape=(1,), chunk_shape=(1,), dtype="int8")
     with pytest.raises(InvalidInputError, match="not valid JSON"):

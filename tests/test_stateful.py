@@ -21,7 +21,9 @@ VALUES = st.one_of(st.binary(min_size=1, max_size=4), st.binary(min_size=40, max
 class RepositoryMachine(RuleBasedStateMachine):
     @initialize()
     def start(self) -> None:
-        self.repo = Repository.create(f"memory://{uuid.uuid4().hex}", config={"inline_chunk_threshold_bytes": 16})
+        self.repo = Repository.create(
+            f"memory://{uuid.uuid4().hex}", config={"inline_chunk_threshold_bytes": 16}
+        )
         tip = self.repo.lookup_branch("main")
         self.snapshots: dict[str, Model] = {tip: {}}
         self.branches = {"main": tip}
@@ -107,5 +109,8 @@ def _assert_view(session, model: Model) -> None:
 
 TestRepositoryMachine = RepositoryMachine.TestCase
 TestRepositoryMachine.settings = settings(
-    max_examples=100, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=100,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )

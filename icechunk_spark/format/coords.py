@@ -67,12 +67,18 @@ def coord_keys(encoded: pa.Array | pa.ChunkedArray, ndim: int) -> np.ndarray:
     if width == 0:
         return np.zeros(n, dtype="S1")
     encoded = encoded.cast(pa.binary())
-    offsets = np.frombuffer(encoded.buffers()[1], dtype=np.int32)[encoded.offset : encoded.offset + n + 1]
+    offsets = np.frombuffer(encoded.buffers()[1], dtype=np.int32)[
+        encoded.offset : encoded.offset + n + 1
+    ]
     if n and not np.all(np.diff(offsets) == width):
         raise InvalidInputError(f"chunk coords are not all {ndim}-dimensional")
     data = encoded.buffers()[2]
     start = int(offsets[0]) if n else 0
-    raw = np.frombuffer(data, dtype=np.uint8)[start : start + n * width] if n else np.empty(0, np.uint8)
+    raw = (
+        np.frombuffer(data, dtype=np.uint8)[start : start + n * width]
+        if n
+        else np.empty(0, np.uint8)
+    )
     return raw.view(f"S{width}") if n else np.empty(0, dtype=f"S{width}")
 
 

@@ -12,8 +12,8 @@ from ..errors import FormatError
 
 def table_to_parquet(table: pa.Table, **options: object) -> bytes:
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", **options)  # type: ignore[arg-type]
-    return sink.getvalue().to_pybytes()
+    pq.write_table(table, sink, compression="zstd", **options)
+    return bytes(sink.getvalue().to_pybytes())
 
 
 def parquet_to_table(data: bytes, name: str, schema: pa.Schema | None = None) -> pa.Table:
@@ -21,9 +21,13 @@ def parquet_to_table(data: bytes, name: str, schema: pa.Schema | None = None) ->
     try:
         table = pq.read_table(io.BytesIO(data))
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise FormatError(f"{name!r} is not a readable Parquet file (corrupt or truncated): {exc}") from exc
+        raise FormatError(
+            f"{name!r} is not a readable Parquet file (corrupt or truncated): {exc}"
+        ) from exc
     if schema is not None:
         missing = [f.name for f in schema if f.name not in table.column_names]
         if missing:
-            raise FormatError(f"{name!r} lacks the columns {missing}; it is not a file of this kind")
+            raise FormatError(
+                f"{name!r} lacks the columns {missing}; it is not a file of this kind"
+            )
     return table

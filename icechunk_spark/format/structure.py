@@ -61,7 +61,9 @@ class ArrayMeta:
     @property
     def grid_shape(self) -> tuple[int, ...]:
         """Number of chunks along each dimension."""
-        return tuple(-(-s // c) if c else 0 for s, c in zip(self.shape, self.chunk_shape, strict=True))
+        return tuple(
+            -(-s // c) if c else 0 for s, c in zip(self.shape, self.chunk_shape, strict=True)
+        )
 
     @property
     def metadata_chunks(self) -> int:
@@ -101,8 +103,12 @@ def make_node(
     if node_type == "group":
         return Node(node_id, path, "group", zarr_json, (), attrs_ref, None)
     if node_type == "array":
-        return Node(node_id, path, "array", zarr_json, manifests, attrs_ref, parse_array_meta(doc, path))
-    raise InvalidInputError(f"zarr.json of {path!r} has node_type {node_type!r}; expected 'group' or 'array'")
+        return Node(
+            node_id, path, "array", zarr_json, manifests, attrs_ref, parse_array_meta(doc, path)
+        )
+    raise InvalidInputError(
+        f"zarr.json of {path!r} has node_type {node_type!r}; expected 'group' or 'array'"
+    )
 
 
 def parse_zarr_json(data: bytes, path: str) -> dict[str, Any]:
@@ -114,7 +120,8 @@ def parse_zarr_json(data: bytes, path: str) -> dict[str, Any]:
         raise InvalidInputError(f"zarr.json of {path!r} must be a JSON object")
     if doc.get("zarr_format") != 3:
         raise InvalidInputError(
-            f"zarr.json of {path!r} has zarr_format {doc.get('zarr_format')!r}; only Zarr v3 is stored"
+            f"zarr.json of {path!r} has zarr_format {doc.get('zarr_format')!r}; "
+            "only Zarr v3 is stored"
         )
     return doc
 
@@ -133,9 +140,17 @@ def parse_array_meta(doc: Mapping[str, Any], path: str) -> ArrayMeta:
         dims = doc.get("dimension_names")
         data_type = doc["data_type"]
     except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidInputError(f"zarr.json of array {path!r} is missing or mistypes {exc}") from exc
-    if len(chunk_shape) != len(shape) or any(s < 0 for s in shape) or any(c < 1 for c in chunk_shape):
-        raise InvalidInputError(f"array {path!r}: shape {shape} and chunk shape {chunk_shape} do not fit")
+        raise InvalidInputError(
+            f"zarr.json of array {path!r} is missing or mistypes {exc}"
+        ) from exc
+    if (
+        len(chunk_shape) != len(shape)
+        or any(s < 0 for s in shape)
+        or any(c < 1 for c in chunk_shape)
+    ):
+        raise InvalidInputError(
+            f"array {path!r}: shape {shape} and chunk shape {chunk_shape} do not fit"
+        )
     return ArrayMeta(
         shape=shape,
         chunk_shape=chunk_shape,
@@ -176,13 +191,21 @@ STRUCTURE_SCHEMA = pa.schema(
         pa.field("zarr_json", pa.binary()),
         pa.field(
             "attrs_reference",
-            pa.struct([pa.field("attrs_file", pa.string(), nullable=False), pa.field("row", pa.uint32(), nullable=False)]),
+            pa.struct(
+                [
+                    pa.field("attrs_file", pa.string(), nullable=False),
+                    pa.field("row", pa.uint32(), nullable=False),
+                ]
+            ),
         ),
         pa.field("manifests", pa.list_(_MANIFEST_REF)),
     ]
 )
 ATTRIBUTES_SCHEMA = pa.schema(
-    [pa.field("node_id", pa.uint64(), nullable=False), pa.field("zarr_json", pa.binary(), nullable=False)]
+    [
+        pa.field("node_id", pa.uint64(), nullable=False),
+        pa.field("zarr_json", pa.binary(), nullable=False),
+    ]
 )
 
 
@@ -230,7 +253,9 @@ def _structure_row(node: Node, attrs_ref: AttrsRef | None) -> dict[str, Any]:
             "shape": list(meta.shape),
             "data_type": meta.data_type,
             "fill_value": json.dumps(meta.fill_value),
-            "dimension_names": list(meta.dimension_names) if meta.dimension_names is not None else None,
+            "dimension_names": list(meta.dimension_names)
+            if meta.dimension_names is not None
+            else None,
             "chunk_shape": list(meta.chunk_shape),
             "chunk_key_encoding": meta.key_encoding,
             "separator": meta.separator,
@@ -267,7 +292,9 @@ def decode_structure(data: bytes, name: str) -> list[StructureRow]:
     table = parquet_to_table(data, name, STRUCTURE_SCHEMA)
     try:
         rows = []
-        for r in table.select(["id", "type", "path", "zarr_json", "attrs_reference", "manifests"]).to_pylist():
+        for r in table.select(
+            ["id", "type", "path", "zarr_json", "attrs_reference", "manifests"]
+        ).to_pylist():
             aref = r["attrs_reference"]
             rows.append(
                 StructureRow(
@@ -275,7 +302,9 @@ def decode_structure(data: bytes, name: str) -> list[StructureRow]:
                     path=str(r["path"]),
                     type=str(r["type"]),
                     zarr_json=r["zarr_json"],
-                    attrs_ref=None if aref is None else AttrsRef(aref["attrs_file"], int(aref["row"])),
+                    attrs_ref=None
+                    if aref is None
+                    else AttrsRef(aref["attrs_file"], int(aref["row"])),
                     manifests=tuple(
                         ManifestRef(
                             m["manifest_id"],

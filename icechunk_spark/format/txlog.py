@@ -7,6 +7,7 @@ can number millions and are rows ``(node_id, coord)``.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -18,7 +19,10 @@ from ..errors import FormatError
 from .parquet import parquet_to_table, table_to_parquet
 
 CHUNK_CHANGES_SCHEMA = pa.schema(
-    [pa.field("node_id", pa.uint64(), nullable=False), pa.field("coord", pa.binary(), nullable=False)]
+    [
+        pa.field("node_id", pa.uint64(), nullable=False),
+        pa.field("coord", pa.binary(), nullable=False),
+    ]
 )
 NODE_KINDS = frozenset({"new_group", "new_array", "update_metadata", "delete_node"})
 
@@ -42,9 +46,10 @@ class TransactionLog:
             return out
         table = self.chunks.sort_by("node_id")
         ids = table.column("node_id").to_numpy()
-        bounds = [0, *(i + 1 for i in range(len(ids) - 1) if ids[i] != ids[i + 1]), len(ids)]
+        starts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+        bounds = [0, *starts.tolist(), len(ids)]
         coords = table.column("coord").combine_chunks()
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        for lo, hi in itertools.pairwise(bounds):
             out[int(ids[lo])] = coords.slice(lo, hi - lo)
         return out
 
@@ -67,7 +72,9 @@ def decode_txlog(data: bytes, name: str) -> TransactionLog:
     table = parquet_to_table(data, name, CHUNK_CHANGES_SCHEMA)
     try:
         raw = (table.schema.metadata or {}).get(b"icechunk.nodes", b"[]")
-        nodes = tuple(NodeChange(str(d["path"]), int(d["node_id"]), str(d["kind"])) for d in json.loads(raw))
+        nodes = tuple(
+            NodeChange(str(d["path"]), int(d["node_id"]), str(d["kind"])) for d in json.loads(raw)
+        )
     except (ValueError, KeyError, TypeError) as exc:
         raise FormatError(f"transaction log {name!r} is corrupt: {exc}") from exc
     return TransactionLog(nodes, table.select(["node_id", "coord"]).replace_schema_metadata(None))

@@ -6,6 +6,7 @@ implements the same small surface so the core never knows where bytes live.
 
 from __future__ import annotations
 
+import builtins
 import random
 import time
 from abc import ABC, abstractmethod
@@ -58,7 +59,7 @@ class Storage(ABC):
     def exists(self, key: str) -> bool:
         """Whether the object exists (never used to decide a write: see put_if_absent)."""
 
-    def get_many(self, keys: Iterable[str]) -> list[bytes]:
+    def get_many(self, keys: Iterable[str]) -> builtins.list[bytes]:
         return [self.get(k) for k in keys]
 
     def close(self) -> None:  # noqa: B027 - optional hook

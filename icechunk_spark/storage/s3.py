@@ -6,12 +6,14 @@ the winner, so two writers racing for one generation can never both succeed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import NotFoundError, StorageError
 from .base import ObjectInfo, Storage, with_retries
+
+T = TypeVar("T")
 
 
 class S3Storage(Storage):
@@ -100,13 +102,15 @@ class S3Storage(Storage):
     def exists(self, key: str) -> bool:
         return bool(self._call(lambda: self.fs.exists(self._path(key)), f"checking {key!r}"))
 
-    def _call(self, operation: Any, describe: str) -> Any:
+    def _call(self, operation: Callable[[], T], describe: str) -> T:
         try:
             return with_retries(operation, f"{describe} in {self.url}")
         except (NotFoundError, StorageError):
             raise
         except PermissionError as exc:
-            raise StorageError(f"{describe} in {self.url}: access denied ({exc}); check credentials") from exc
+            raise StorageError(
+                f"{describe} in {self.url}: access denied ({exc}); check credentials"
+            ) from exc
         except OSError as exc:
             raise StorageError(f"{describe} in {self.url} failed: {exc}") from exc
 

@@ -56,7 +56,10 @@ def test_coord_round_trip(coord):
     assert decode_coord(encode_coord(coord)) == tuple(coord)
 
 
-@given(st.lists(st.integers(0, 2**32 - 1), min_size=2, max_size=2), st.lists(st.integers(0, 2**32 - 1), min_size=2, max_size=2))
+@given(
+    st.lists(st.integers(0, 2**32 - 1), min_size=2, max_size=2),
+    st.lists(st.integers(0, 2**32 - 1), min_size=2, max_size=2),
+)
 def test_coord_bytes_sort_like_tuples(a, b):
     assert (encode_coord(a) < encode_coord(b)) == (tuple(a) < tuple(b))
 
@@ -77,7 +80,9 @@ def test_coords_out_of_range_are_refused():
 
 def test_state_round_trip():
     snap = SnapshotInfo("S1", None, 123, "F1", "init", {"k": [1, 2]})
-    state = State("R", 7, "file:///x", {"S1": snap}, {"main": Ref("main", "S1", "branch")}, {"a": 1})
+    state = State(
+        "R", 7, "file:///x", {"S1": snap}, {"main": Ref("main", "S1", "branch")}, {"a": 1}
+    )
     assert decode_state(encode_state(state), "t/7") == state
 
 
@@ -97,7 +102,9 @@ def test_newer_format_version_is_refused():
 
 def test_structure_round_trip_keeps_exact_zarr_json_and_widened_shapes():
     group = make_node(1, "/", b'{"zarr_format":3,"node_type":"group","attributes":{}}')
-    array = make_node(2, "/a", ARRAY_JSON, (ManifestRef("M1", ((0, 10), (0, 10_000)), 42, "default"),))
+    array = make_node(
+        2, "/a", ARRAY_JSON, (ManifestRef("M1", ((0, 10), (0, 10_000)), 42, "default"),)
+    )
     data, attrs, _ = encode_structure([array, group], "A1")
     assert attrs is None
     rows = decode_structure(data, "s/X")
@@ -110,7 +117,9 @@ def test_structure_round_trip_keeps_exact_zarr_json_and_widened_shapes():
 def test_corrupt_structure_and_manifest_name_the_file():
     with pytest.raises(FormatError, match="s/BROKEN"):
         decode_structure(b"PAR1 not really", "s/BROKEN")
-    data, _, _ = encode_structure([make_node(1, "/", b'{"zarr_format":3,"node_type":"group"}')], "A")
+    data, _, _ = encode_structure(
+        [make_node(1, "/", b'{"zarr_format":3,"node_type":"group"}')], "A"
+    )
     with pytest.raises(FormatError, match="m/TRUNC"):
         decode_manifest(data[: len(data) // 2], "m/TRUNC")
     with pytest.raises(FormatError, match="lacks the columns"):
@@ -146,7 +155,9 @@ def test_merge_refs_last_write_wins_and_tombstones_delete():
             }
         )
 
-    merged = merge_refs([layer([(0,), (1,), (2,)], [b"a", b"b", b"c"]), layer([(1,), (2,)], [b"B", None])], 1)
+    merged = merge_refs(
+        [layer([(0,), (1,), (2,)], [b"a", b"b", b"c"]), layer([(1,), (2,)], [b"B", None])], 1
+    )
     assert merged.column("inline_data").to_pylist() == [b"a", b"B"]
 
 

@@ -15,7 +15,12 @@ def open_repo(backend: Any, **kwargs: Any) -> Repository:
     return Repository.open(backend.url, storage_options=backend.options, **kwargs)
 
 
-def make_array(session: Any, path: str = "/a", shape: tuple[int, ...] = (10, 10), chunks: tuple[int, ...] = (5, 5)) -> None:
+def make_array(
+    session: Any,
+    path: str = "/a",
+    shape: tuple[int, ...] = (10, 10),
+    chunks: tuple[int, ...] = (5, 5),
+) -> None:
     if path.rsplit("/", 1)[0] in ("", "/"):
         try:
             session.get_node("/")

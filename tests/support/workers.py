@@ -21,7 +21,9 @@ def commit_own_array(url: str, options: dict[str, Any], worker: int, commits: in
     return snapshots
 
 
-def commit_same_chunk(url: str, options: dict[str, Any], worker: int, start_at: float) -> str | None:
+def commit_same_chunk(
+    url: str, options: dict[str, Any], worker: int, start_at: float
+) -> str | None:
     """Write chunk (0,) of /a from a session opened before ``start_at``; None on conflict."""
     repo = Repository.open(url, storage_options=options)
     session = repo.writable_session("main")
