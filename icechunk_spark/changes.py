@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from .format.coords import coord_keys, keys_to_coords
 from .format.manifest import REF_SCHEMA, conform_refs, merge_refs
-from .format.structure import Node
+from .format.structure import ManifestRef, Node
 from .snapshot import ChunkRef, row_ref
 
 # A pending single-chunk change: a ref, or None for a deletion (a tombstone).
@@ -135,6 +135,9 @@ class ChangeSet:
     updated: dict[str, Node] = field(default_factory=dict)  # path -> node with new zarr.json
     deleted: dict[str, Node] = field(default_factory=dict)  # path -> base node deleted
     chunks: dict[int, ArrayChanges] = field(default_factory=dict)  # node id -> changes
+    # node id -> prewritten manifests holding ALL of the array's refs (the biggest Spark jobs)
+    attached: dict[int, tuple[ManifestRef, ...]] = field(default_factory=dict)
+    repack_all: bool = False  # rewrite every manifest under the current manifest config
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def is_empty(self) -> bool:
@@ -142,6 +145,8 @@ class ChangeSet:
             self.created
             or self.updated
             or self.deleted
+            or self.attached
+            or self.repack_all
             or any(len(c) for c in self.chunks.values())
         )
 

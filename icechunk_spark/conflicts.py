@@ -29,6 +29,7 @@ class Theirs:
     node_kinds: Mapping[str, frozenset[str]]
     node_ids_deleted: frozenset[int]
     node_ids_updated: frozenset[int]
+    node_ids_replaced: frozenset[int]  # all chunks replaced by attached manifests
     chunks: Mapping[int, pa.Array]
 
     @classmethod
@@ -36,6 +37,7 @@ class Theirs:
         kinds: dict[str, set[str]] = {}
         deleted: set[int] = set()
         updated: set[int] = set()
+        replaced: set[int] = set()
         chunks: dict[int, list[pa.Array]] = {}
         for log in logs:
             for change in log.nodes:
@@ -44,12 +46,15 @@ class Theirs:
                     deleted.add(change.node_id)
                 elif change.kind == "update_metadata":
                     updated.add(change.node_id)
+                elif change.kind == "replace_chunks":
+                    replaced.add(change.node_id)
             for node_id, coords in log.chunk_coords_by_node().items():
                 chunks.setdefault(node_id, []).append(coords)
         return cls(
             {p: frozenset(k) for p, k in kinds.items()},
             frozenset(deleted),
             frozenset(updated),
+            frozenset(replaced),
             {i: pa.concat_arrays(c) for i, c in chunks.items()},
         )
 
@@ -82,6 +87,10 @@ def find_conflicts(
     for path, node in ours.deleted.items():
         if node.id in theirs.node_ids_updated or node.id in theirs.chunks:
             conflicts.append(Conflict(path, "deleted a node changed concurrently"))
+    for node_id in ours.attached:
+        if node_id in theirs.chunks or node_id in theirs.node_ids_replaced:
+            path = paths_by_id.get(node_id, f"<node {node_id}>")
+            conflicts.append(Conflict(path, "all chunks replaced while changed concurrently"))
     overlaps: dict[int, pa.Array] = {}
     for node_id, changes in ours.chunks.items():
         if not len(changes):
@@ -89,6 +98,9 @@ def find_conflicts(
         path = paths_by_id.get(node_id, f"<node {node_id}>")
         if node_id in theirs.node_ids_deleted:
             conflicts.append(Conflict(path, "chunks written to a node deleted concurrently"))
+            continue
+        if node_id in theirs.node_ids_replaced:
+            conflicts.append(Conflict(path, "chunks written to an array replaced concurrently"))
             continue
         their_coords = theirs.chunks.get(node_id)
         if their_coords is None:

@@ -20,7 +20,15 @@ from .format.manifest import encode_manifest, merge_refs
 from .format.structure import ManifestRef, Node, encode_structure, make_node
 from .format.txlog import NodeChange, chunk_changes, encode_txlog
 from .snapshot import SnapshotView, attributes_key, manifest_key, structure_key, txlog_key
-from .splitting import ArrayStats, ExistingManifest, ManifestConfig, PlannedManifest, plan_manifests
+from .splitting import (
+    ArrayStats,
+    ExistingManifest,
+    ManifestConfig,
+    PlannedManifest,
+    SplitSpec,
+    plan_manifests,
+    split_spec,
+)
 from .storage import Storage
 
 
@@ -54,23 +62,32 @@ def build_snapshot(
     arrays = {n.id: n for n in nodes.values() if n.type == "array"}
     base_arrays = {n.id: n for n in base.nodes.values() if n.type == "array"}
     modified = _modified_arrays(base_arrays, arrays, changes)
-    merged = _merge_modified(base, changes, arrays, modified)
+    splits = _split_arrays(base, changes, arrays, modified, manifest_config)
+    # Attached and split arrays get manifests of their own, outside the set packing; to the
+    # plan they look deleted, so any manifest they shared is rewritten without them.
+    own = {i for i in changes.attached if i in arrays} | set(splits)
+    merged = _merge_modified(base, changes, arrays, modified - own)
     created = frozenset(n.id for n in changes.created.values() if n.type == "array")
 
     stats = {
         i: ArrayStats(i, n.path, n.meta.metadata_chunks if n.meta else 0, _ref_count(i, n, merged))
         for i, n in arrays.items()
+        if i not in own
     }
     existing = _existing_manifests(base_arrays.values())
-    plan = plan_manifests(stats, existing, modified, manifest_config, created)
+    plan = plan_manifests(stats, existing, modified, manifest_config, created - own)
 
     written: list[str] = []
-    new_refs = _write_manifests(
-        storage, pool, plan.new_manifests, plan.closure, arrays, base, merged, written
-    )
+    new_refs = _write_manifests(storage, pool, plan.new_manifests, arrays, base, merged, written)
+    for node_id, spec in splits.items():
+        new_refs[node_id] = _write_split_array(
+            storage, pool, base, changes, arrays[node_id], spec, written
+        )
+    for node_id in own - set(splits):
+        new_refs[node_id] = list(changes.attached[node_id])
     final = {}
     for path, node in nodes.items():
-        if node.type == "array" and node.id in plan.closure:
+        if node.type == "array" and (node.id in plan.closure or node.id in own):
             node = make_node(node.id, path, node.zarr_json, tuple(new_refs.get(node.id, ())))
         final[path] = node
 
@@ -81,7 +98,7 @@ def build_snapshot(
     final = {
         p: replace(n, attrs_ref=assigned[n.id]) if n.id in assigned else n for p, n in final.items()
     }
-    txlog = encode_txlog(_node_changes(changes), _chunk_change_tables(changes, arrays))
+    txlog = encode_txlog(_node_changes(changes, arrays), _chunk_change_tables(changes, arrays))
     objects = [(structure_key(structure_id), structure), (txlog_key(snapshot_id), txlog)]
     if attrs is not None:
         objects.append((attributes_key(attrs_id), attrs))
@@ -90,9 +107,25 @@ def build_snapshot(
     return BuiltSnapshot(snapshot_id, structure_id, final, tuple(written))
 
 
+def write_array_manifest(
+    storage: Storage, node_id: int, ndim: int, refs: pa.Table, set_name: str = "default"
+) -> ManifestRef:
+    """Write one manifest holding ``refs`` of one array; returns the structure's ref to it.
+
+    Used by flush for split pieces, and by Spark executors that write manifests in parallel.
+    """
+    refs = merge_refs([refs], ndim)
+    refs = refs.set_column(0, "array_id", pa.array(np.full(refs.num_rows, node_id, np.uint64)))
+    manifest_id = new_object_id()
+    storage.put(manifest_key(manifest_id), encode_manifest(refs, presorted=True))
+    return ManifestRef(manifest_id, coords_extent(refs, ndim), int(refs.num_rows), set_name)
+
+
 def _modified_arrays(
     base_arrays: Mapping[int, Node], arrays: Mapping[int, Node], changes: ChangeSet
 ) -> set[int]:
+    if changes.repack_all:
+        return set(arrays) | set(base_arrays)
     modified = {i for i in changes.modified_array_ids() if i in arrays}
     modified |= {n.id for n in changes.created.values() if n.type == "array"}
     modified |= {i for i in base_arrays if i not in arrays}  # deleted arrays leave their manifests
@@ -154,7 +187,6 @@ def _write_manifests(
     storage: Storage,
     pool: ThreadPoolExecutor,
     planned: Sequence[PlannedManifest],
-    closure: frozenset[int],
     arrays: Mapping[int, Node],
     base: SnapshotView,
     merged: Mapping[int, pa.Table],
@@ -207,17 +239,25 @@ def _write_manifests(
 
 def _extent(refs: pa.Table, node: Node) -> tuple[tuple[int, int], ...]:
     assert node.meta is not None
-    if node.meta.ndim == 0:
+    return coords_extent(refs, node.meta.ndim)
+
+
+def coords_extent(refs: pa.Table, ndim: int) -> tuple[tuple[int, int], ...]:
+    """Per dimension ``[min, max + 1)`` of the refs' chunk coords."""
+    if ndim == 0 or refs.num_rows == 0:
         return ()
-    coords = decode_coords(refs.column("coord"), node.meta.ndim)
+    coords = decode_coords(refs.column("coord"), ndim)
     return tuple(
         (int(lo), int(hi) + 1)
         for lo, hi in zip(coords.min(axis=0), coords.max(axis=0), strict=True)
     )
 
 
-def _node_changes(changes: ChangeSet) -> list[NodeChange]:
+def _node_changes(changes: ChangeSet, arrays: Mapping[int, Node]) -> list[NodeChange]:
     out = [NodeChange(p, n.id, "delete_node") for p, n in changes.deleted.items()]
+    out += [
+        NodeChange(arrays[i].path, i, "replace_chunks") for i in changes.attached if i in arrays
+    ]
     out += [NodeChange(p, n.id, f"new_{n.type}") for p, n in changes.created.items()]
     out += [NodeChange(p, n.id, "update_metadata") for p, n in changes.updated.items()]
     return out
@@ -232,3 +272,90 @@ def _chunk_change_tables(changes: ChangeSet, arrays: Mapping[int, Node]) -> list
 
 
 __all__ = ["BuiltSnapshot", "build_snapshot", "current_nodes"]
+
+
+def _split_arrays(
+    base: SnapshotView,
+    changes: ChangeSet,
+    arrays: Mapping[int, Node],
+    modified: set[int],
+    config: ManifestConfig,
+) -> dict[int, SplitSpec]:
+    """The modified arrays to split over several manifests, decided on an upper bound of refs."""
+    out = {}
+    for node_id in modified:
+        node = arrays.get(node_id)
+        if node is None or node.meta is None or node_id in changes.attached:
+            continue
+        base_node = base.nodes.get(node.path)
+        committed = base_node.ref_count if base_node is not None and base_node.id == node_id else 0
+        array_changes = changes.chunks.get(node_id)
+        estimate = committed + (len(array_changes) if array_changes is not None else 0)
+        stats = ArrayStats(node_id, node.path, node.meta.metadata_chunks, estimate)
+        spec = split_spec(stats, node.meta.grid_shape, node.meta.dimension_names, config)
+        if spec is not None:
+            out[node_id] = spec
+    return out
+
+
+def _write_split_array(
+    storage: Storage,
+    pool: ThreadPoolExecutor,
+    base: SnapshotView,
+    changes: ChangeSet,
+    node: Node,
+    spec: SplitSpec,
+    written: list[str],
+) -> list[ManifestRef]:
+    """Rewrite only the pieces the session touched; keep the others' manifests as they are."""
+    assert node.meta is not None
+    ndim, axis = node.meta.ndim, spec.axis
+    base_node = base.nodes.get(node.path)
+    pieces = base_node.manifests if base_node is not None and base_node.id == node.id else ()
+    array_changes = changes.chunks.get(node.id)
+    layers = array_changes.layers(node.id) if array_changes is not None else []
+    changed = decode_coords(array_changes.changed_coords(), ndim) if array_changes else None
+    touched = set() if changed is None else {spec.piece_of(int(i)) for i in changed[:, axis]}
+    grid_end = node.meta.grid_shape[axis]
+
+    def aligned(m: ManifestRef) -> bool:
+        lo, hi = m.extent[axis] if m.extent else (0, 0)
+        same_piece = spec.piece_of(lo) == spec.piece_of(hi - 1)
+        return m.set_name == spec.set_name and same_piece and hi <= grid_end
+
+    if changes.repack_all or not all(aligned(m) for m in pieces):
+        # Laid out some other way before (unsplit, other piece size, or shrunk): re-cut it all.
+        touched |= {spec.piece_of(m.extent[axis][0]) for m in pieces if m.extent}
+        touched |= {spec.piece_of(m.extent[axis][1] - 1) for m in pieces if m.extent}
+    kept = [m for m in pieces if aligned(m) and spec.piece_of(m.extent[axis][0]) not in touched]
+    rewritten = [m for m in pieces if m not in kept]
+
+    old = {m: base.ref_index(base_node, m).table for m in rewritten} if base_node else {}
+    # Decode each source's coords along the axis once, not once per piece.
+    sources = [(m.extent[axis], t) for m, t in old.items()] + [(None, t) for t in layers]
+    indexes = [_axis_index(t, ndim, axis) for _, t in sources]
+
+    def piece_layers(piece: int) -> list[pa.Table]:
+        lo, hi = spec.piece_range(piece)
+        out = []
+        for (extent, table), index in zip(sources, indexes, strict=True):
+            if extent is None or (extent[0] < hi and lo < extent[1]):
+                out.append(table.filter(pa.array((index >= lo) & (index < hi))))
+        return out
+
+    def write_piece(piece: int) -> ManifestRef | None:
+        refs = _within_grid(merge_refs(piece_layers(piece), ndim), node)
+        if refs.num_rows == 0:
+            return None
+        ref = write_array_manifest(storage, node.id, ndim, refs, spec.set_name)
+        written.append(manifest_key(ref.manifest_id))
+        return ref
+
+    new = [r for r in pool.map(write_piece, sorted(touched)) if r is not None]
+    return sorted([*kept, *new], key=lambda m: m.extent)
+
+
+def _axis_index(refs: pa.Table, ndim: int, axis: int) -> np.ndarray:
+    if refs.num_rows == 0:
+        return np.empty(0, dtype=np.int64)
+    return decode_coords(refs.column("coord"), ndim)[:, axis]

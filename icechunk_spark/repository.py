@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,7 +14,8 @@ from .containers import Authorization, VirtualReader
 from .errors import AlreadyExistsError, InvalidInputError, NotFoundError
 from .format.ids import new_object_id
 from .format.state import Ref, SnapshotInfo, State
-from .format.structure import encode_structure
+from .format.structure import Node, encode_structure
+from .preload import start_preload
 from .refs import publish_state, read_latest_state, state_key, update_state
 from .session import Session
 from .snapshot import ChunkRef, ManifestCache, SnapshotView, chunk_key, structure_key
@@ -21,6 +23,19 @@ from .splitting import ManifestConfig, default_config, parse_config
 from .storage import Storage, open_storage
 
 DEFAULT_BRANCH = "main"
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestInfo:
+    """One manifest of a snapshot: which set, which arrays, how many refs, how many bytes."""
+
+    id: str
+    set_name: str
+    arrays: tuple[str, ...]
+    refs: int
+    bytes: int
+
+
 _VIEW_CACHE_SIZE = 32
 
 
@@ -55,6 +70,7 @@ class Repository:
         )
         self.virtual_reader = VirtualReader(self.config.virtual_chunk_containers, self._authorized)
         self._views: dict[str, SnapshotView] = {}
+        self.preload_thread: threading.Thread | None = None
         self._views_lock = threading.Lock()
 
     # -- opening --------------------------------------------------------------------------
@@ -164,7 +180,7 @@ class Repository:
         """A session that commits to ``branch``. Raises ``NotFoundError`` for an unknown branch."""
         state = self.state()
         tip = state.branch(branch).snapshot_id
-        return Session(self, self.snapshot_view(tip, state), branch, read_only=False)
+        return Session(self, self._view_with_preload(tip, state), branch, read_only=False)
 
     def readonly_session(
         self,
@@ -187,9 +203,8 @@ class Repository:
             target = state.branch(branch or DEFAULT_BRANCH).snapshot_id
         if as_of is not None:
             target = self._as_of(state, target, as_of)
-        return Session(
-            self, self.snapshot_view(target, state), branch if not chosen else None, read_only=True
-        )
+        view = self._view_with_preload(target, state)
+        return Session(self, view, branch if not chosen else None, read_only=True)
 
     def _as_of(self, state: State, tip: str, as_of: datetime) -> str:
         if as_of.tzinfo is None:
@@ -199,6 +214,11 @@ class Repository:
             if info.timestamp_ms <= limit:
                 return info.id
         raise NotFoundError(f"no snapshot at or before {as_of.isoformat()} on that branch")
+
+    def _view_with_preload(self, snapshot_id: str, state: State) -> SnapshotView:
+        view = self.snapshot_view(snapshot_id, state)
+        self.preload_thread = start_preload(view, self.manifest_config.preload, self.manifest_cache)
+        return view
 
     def snapshot_view(self, snapshot_id: str, state: State | None = None) -> SnapshotView:
         with self._views_lock:
@@ -236,6 +256,47 @@ class Repository:
         return self.virtual_reader.read(
             ref.virtual_path, ref.offset + start, end - start, ref.checksum
         )
+
+    # -- manifests ------------------------------------------------------------------------
+    def manifests(
+        self, snapshot_id: str | None = None, *, branch: str | None = None
+    ) -> list[ManifestInfo]:
+        """Every manifest of a snapshot (default: the tip of ``branch`` or main)."""
+        state = self.state()
+        target = snapshot_id or state.branch(branch or DEFAULT_BRANCH).snapshot_id
+        view = self.snapshot_view(state.snapshot(target).id, state)
+        members: dict[str, list[Node]] = {}
+        refs: dict[str, int] = {}
+        set_names: dict[str, str] = {}
+        for node in sorted(view.nodes.values(), key=lambda n: n.path):
+            for m in node.manifests:
+                members.setdefault(m.manifest_id, []).append(node)
+                refs[m.manifest_id] = refs.get(m.manifest_id, 0) + m.ref_count
+                set_names[m.manifest_id] = m.set_name
+        sizes = {info.key[len("m/") :]: info.size for info in self.storage.list("m/")}
+        return [
+            ManifestInfo(
+                id=mid,
+                set_name=set_names[mid],
+                arrays=tuple(n.path for n in nodes),
+                refs=refs[mid],
+                bytes=sizes.get(mid, 0),
+            )
+            for mid, nodes in members.items()
+        ]
+
+    def rewrite_manifests(
+        self,
+        config: ManifestConfig | Mapping[str, Any] | str,
+        message: str,
+        branch: str = DEFAULT_BRANCH,
+    ) -> str:
+        """Store a new manifest config and repack every manifest under it, in one commit."""
+        parsed = config if isinstance(config, ManifestConfig) else parse_config(config)
+        self.set_config({"manifests": parsed.to_dict()})
+        session = self.writable_session(branch)
+        session.repack_manifests()
+        return session.commit(message, {"rewrite_manifests": True})
 
     # -- branches and tags ----------------------------------------------------------------
     def list_branches(self) -> dict[str, str]:

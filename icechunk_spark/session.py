@@ -31,7 +31,7 @@ from .format.coords import decode_coords, encode_coord, encode_coords
 from .format.ids import new_node_id, new_object_id
 from .format.manifest import conform_refs, merge_refs
 from .format.state import Ref, SnapshotInfo, State
-from .format.structure import Node, make_node
+from .format.structure import ManifestRef, Node, make_node
 from .format.txlog import decode_txlog
 from .refs import update_state
 from .snapshot import ChunkRef, SnapshotView, chunk_key, txlog_key
@@ -218,6 +218,7 @@ class Session:
         changes = self._changes
         changes.updated.pop(node.path, None)
         changes.chunks.pop(node.id, None)
+        changes.attached.pop(node.id, None)
         if changes.created.pop(node.path, None) is None:
             changes.deleted[node.path] = self._base.nodes[node.path]
 
@@ -302,6 +303,24 @@ class Session:
         with self._changes.lock:
             self._changes.array_changes(node).add_table(table)
         return int(table.num_rows)
+
+    def attach_manifests(self, path: str, manifests: Sequence[ManifestRef]) -> None:
+        """Declare that prewritten manifests hold *all* of the array's refs from now on.
+
+        For jobs too big for one process (Spark executors write the manifests with
+        ``flush.write_array_manifest``); the commit links them as they are. Earlier chunk
+        changes to the array in this session are replaced.
+        """
+        self._require_writable()
+        node = self._array(path)
+        with self._changes.lock:
+            self._changes.chunks.pop(node.id, None)
+            self._changes.attached[node.id] = tuple(manifests)
+
+    def repack_manifests(self) -> None:
+        """Have the commit rewrite every manifest under the repository's manifest config."""
+        self._require_writable()
+        self._changes.repack_all = True
 
     def get_chunk_ref(self, path: str, coord: Sequence[int]) -> ChunkRef | None:
         """Where the chunk's bytes are, or ``None`` when it was never written."""

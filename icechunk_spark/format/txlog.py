@@ -24,7 +24,9 @@ CHUNK_CHANGES_SCHEMA = pa.schema(
         pa.field("coord", pa.binary(), nullable=False),
     ]
 )
-NODE_KINDS = frozenset({"new_group", "new_array", "update_metadata", "delete_node"})
+NODE_KINDS = frozenset(
+    {"new_group", "new_array", "update_metadata", "delete_node", "replace_chunks"}
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from icechunk_spark.splitting.packing import (
     closure,
     plan_manifests,
 )
+from icechunk_spark.splitting.split import SplitSpec, split_spec
 
 __all__ = [
     "DEFAULT_MAX_MANIFEST_SIZE",
@@ -35,9 +36,11 @@ __all__ = [
     "PlannedManifest",
     "Preload",
     "Rule",
+    "SplitSpec",
     "assign_set",
     "closure",
     "default_config",
     "parse_config",
     "plan_manifests",
+    "split_spec",
 ]

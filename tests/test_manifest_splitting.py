@@ -1,0 +1,203 @@
+"""Manifest sets, splitting of huge arrays, preload and repacking, end to end on a repository."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from icechunk_spark import Repository
+from icechunk_spark.flush import write_array_manifest
+from icechunk_spark.storage import open_storage
+from tests.support.counting import CountingStorage
+
+BIG_SHAPE = (2000, 1000)  # 2,000,000 chunks of one element
+
+
+def _grid_coords(shape: tuple[int, ...], start: int = 0) -> np.ndarray:
+    return np.stack(np.unravel_index(np.arange(int(np.prod(shape))), shape), axis=1) + np.array(
+        [start, 0]
+    )
+
+
+def _native_refs(n: int) -> dict[str, object]:
+    # Refs into one (never read) chunk file at distinct offsets: the refs are what we measure.
+    return {
+        "chunk_id": np.full(n, "PACKED", dtype=object),
+        "offset": np.arange(n, dtype=np.uint64) * 4,
+        "length": np.full(n, 4, np.uint64),
+    }
+
+
+@pytest.fixture(scope="module")
+def big_repo(tmp_path_factory):
+    """A 2,000,000-chunk variable, three coordinate arrays and fifty small arrays."""
+    url = tmp_path_factory.mktemp("split").as_uri()
+    repo = Repository.create(url, config={"inline_chunk_threshold_bytes": 64})
+    session = repo.writable_session()
+    session.create_group("/")
+    session.create_array("/time", shape=(2000,), chunk_shape=(100,), dtype="int64")
+    session.create_array("/lat", shape=(1000,), chunk_shape=(100,), dtype="float32")
+    session.create_array("/lon", shape=(1000,), chunk_shape=(100,), dtype="float32")
+    for name in ("time", "lat", "lon"):
+        n = session.get_node(f"/{name}").meta.grid_shape[0]
+        session.set_chunk_refs(
+            f"/{name}", {"coord": np.arange(n).reshape(-1, 1), "inline_data": [b"c"] * n}
+        )
+    for i in range(50):
+        session.create_array(f"/small{i}", shape=(10,), chunk_shape=(1,), dtype="int8")
+        session.set_chunk_refs(
+            f"/small{i}", {"coord": np.arange(10).reshape(-1, 1), "inline_data": [b"s"] * 10}
+        )
+    session.create_array(
+        "/var", shape=BIG_SHAPE, chunk_shape=(1, 1), dtype="float32", dimension_names=["time", "x"]
+    )
+    session.set_chunk_refs("/var", {"coord": _grid_coords(BIG_SHAPE), **_native_refs(2_000_000)})
+    session.commit("datacube")
+    return url
+
+
+def _counting(url: str) -> tuple[Repository, CountingStorage]:
+    storage = CountingStorage(open_storage(url))
+    return Repository.open(storage), storage
+
+
+def test_layout_small_arrays_share_one_manifest_and_the_big_one_is_split(big_repo):
+    repo = Repository.open(big_repo)
+    manifests = repo.manifests()
+    by_set = {}
+    for m in manifests:
+        by_set.setdefault(m.set_name, []).append(m)
+    [coords] = by_set["coordinates"]
+    assert len(coords.arrays) == 53 and "/time" in coords.arrays
+    assert sorted(m.refs for m in by_set["default"]) == [1_000_000, 1_000_000]
+    assert all(m.arrays == ("/var",) for m in by_set["default"])
+    total = sum(m.refs for m in manifests)
+    assert total == 2_000_000 + 20 + 10 + 10 + 500
+
+
+def test_reading_time_fetches_only_the_small_manifest(big_repo):
+    repo, storage = _counting(big_repo)
+    reader = repo.readonly_session()
+    assert reader.get_chunk("/time", (3,)) == b"c"
+    if repo.preload_thread is not None:
+        repo.preload_thread.join()  # the default config preloads the manifest holding /time
+    coords_bytes = next(m.bytes for m in repo.manifests() if m.set_name == "coordinates")
+    # One manifest GET in all (preload and read share it), of exactly the small manifest.
+    assert storage.gets["m"] == 1
+    assert storage.get_bytes["m"] == coords_bytes
+
+
+def test_preload_fetches_the_coordinate_manifest_in_the_background(big_repo):
+    repo, storage = _counting(big_repo)
+    repo.readonly_session()
+    assert repo.preload_thread is not None
+    repo.preload_thread.join(timeout=30)
+    assert storage.gets["m"] == 1
+    [coords] = [m for m in repo.manifests() if m.set_name == "coordinates"]
+    assert repo.manifest_cache.is_cached(coords.id)
+
+
+def test_commit_touching_one_small_array_writes_exactly_one_manifest(big_repo):
+    repo, storage = _counting(big_repo)
+    session = repo.writable_session()
+    session.set_chunk("/small7", (3,), b"new")
+    session.commit("one small array")
+    assert storage.puts["m"] == 1
+    assert repo.readonly_session().get_chunk("/small7", (3,)) == b"new"
+
+
+def test_append_along_the_split_dimension_writes_only_the_last_piece(big_repo):
+    repo, storage = _counting(big_repo)
+    session = repo.writable_session()
+    node = session.get_node("/var")
+    before = {m.manifest_id for m in node.manifests}
+    doc = node.zarr_json.replace(b"[2000, 1000]", b"[2001, 1000]")
+    session.set_node_metadata("/var", doc)
+    session.set_chunk_refs(
+        "/var", {"coord": _grid_coords((1, 1000), start=2000), **_native_refs(1000)}
+    )
+    session.commit("append one step")
+    assert storage.puts["m"] == 1
+    reader = repo.readonly_session()
+    assert reader.get_chunk_ref("/var", (2000, 999)).offset == 999 * 4
+    assert reader.get_chunk_ref("/var", (5, 5)).offset == (5 * 1000 + 5) * 4
+    after = reader.get_node("/var").manifests
+    # Pieces hold 1,000 time steps each: the full ones are linked unchanged, a third one is new.
+    assert before < {m.manifest_id for m in after}
+    assert [m.extent[0] for m in after] == [(0, 1000), (1000, 2000), (2000, 2001)]
+
+
+def test_rewrite_manifests_repacks_under_a_new_config(tmp_path):
+    repo = Repository.create(tmp_path.as_uri())
+    session = repo.writable_session()
+    for i in range(4):
+        session.create_array(f"/a{i}", shape=(100,), chunk_shape=(1,), dtype="int8")
+        session.set_chunk_refs(
+            f"/a{i}", {"coord": np.arange(100).reshape(-1, 1), "inline_data": [b"x"] * 100}
+        )
+    session.commit("four arrays")
+    assert len(repo.manifests()) == 1
+    config = {
+        "chunk-manifests": {
+            "sets": [{"single": {"arrays-per-manifest": 1, "cardinality": None}}],
+            "rules": [{"path": ".*", "target": "single"}],
+        }
+    }
+    repo.rewrite_manifests(config, "one manifest per array")
+    manifests = repo.manifests()
+    assert sorted(m.arrays for m in manifests) == [("/a0",), ("/a1",), ("/a2",), ("/a3",)]
+    assert Repository.open(tmp_path.as_uri()).manifest_config.set("single").arrays_per_manifest == 1
+    assert repo.readonly_session().get_chunk("/a3", (99,)) == b"x"
+
+
+def test_split_along_a_named_dimension(tmp_path):
+    config = {
+        "manifests": {
+            "chunk-manifests": {
+                "sets": [
+                    {
+                        "by-time": {
+                            "max-manifest-size": None,
+                            "arrays-per-manifest": 1,
+                            "cardinality": None,
+                            "split-along": "time",
+                            "chunks-per-split": 10,
+                        }
+                    }
+                ],
+                "rules": [{"path": "/var", "target": "by-time"}],
+            }
+        }
+    }
+    repo = Repository.create(tmp_path.as_uri(), config=config)
+    session = repo.writable_session()
+    session.create_array(
+        "/var", shape=(35, 4), chunk_shape=(1, 1), dtype="int8", dimension_names=["time", "x"]
+    )
+    session.set_chunk_refs("/var", {"coord": _grid_coords((35, 4)), "inline_data": [b"v"] * 140})
+    session.commit("split")
+    extents = sorted(m.extent[0] for m in repo.readonly_session().get_node("/var").manifests)
+    assert extents == [(0, 10), (10, 20), (20, 30), (30, 35)]
+    assert repo.readonly_session().get_chunk("/var", (34, 3)) == b"v"
+
+
+def test_attached_manifests_replace_an_arrays_refs(tmp_path):
+    repo = Repository.create(tmp_path.as_uri())
+    session = repo.writable_session()
+    session.create_array("/a", shape=(10,), chunk_shape=(1,), dtype="int8")
+    session.set_chunk("/a", (0,), b"old")
+    session.commit("old")
+    node = repo.readonly_session().get_node("/a")
+    import pyarrow as pa
+
+    from icechunk_spark.format import encode_coords
+
+    refs = pa.table({"coord": encode_coords(np.array([[5], [6]])), "inline_data": [b"5", b"6"]})
+    manifest = write_array_manifest(repo.storage, node.id, 1, refs)
+    session = repo.writable_session()
+    session.attach_manifests("/a", [manifest])
+    session.commit("attached")
+    reader = repo.readonly_session()
+    assert reader.chunk_coords("/a").ravel().tolist() == [5, 6]
+    assert reader.get_chunk("/a", (6,)) == b"6"
+    assert manifest.extent == ((5, 7),)
