@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from . import gc, history
 from .config import RepositoryConfig
 from .containers import Authorization, VirtualReader
 from .errors import AlreadyExistsError, InvalidInputError, NotFoundError
@@ -381,6 +382,48 @@ class Repository:
         else:
             start = state.branch(branch or DEFAULT_BRANCH).snapshot_id
         yield from _walk(state, start)
+
+    def diff(
+        self,
+        *,
+        from_snapshot_id: str | None = None,
+        to_snapshot_id: str | None = None,
+        from_branch: str | None = None,
+        to_branch: str | None = None,
+        from_tag: str | None = None,
+        to_tag: str | None = None,
+    ) -> history.Diff:
+        """Nodes added, deleted and updated, and chunks changed per array, between two snapshots."""
+        return history.diff(
+            self,
+            from_snapshot_id=from_snapshot_id,
+            to_snapshot_id=to_snapshot_id,
+            from_branch=from_branch,
+            to_branch=to_branch,
+            from_tag=from_tag,
+            to_tag=to_tag,
+        )
+
+    def expire_snapshots(
+        self,
+        older_than: datetime,
+        *,
+        delete_expired_branches: bool = False,
+        delete_expired_tags: bool = False,
+    ) -> frozenset[str]:
+        """Stop listing snapshots older than ``older_than`` (branch and tag tips stay)."""
+        return history.expire_snapshots(
+            self,
+            older_than,
+            delete_expired_branches=delete_expired_branches,
+            delete_expired_tags=delete_expired_tags,
+        )
+
+    def garbage_collect(
+        self, delete_object_older_than: datetime, *, dry_run: bool = False
+    ) -> gc.GCSummary:
+        """Delete objects no listed snapshot reaches and older than the cut-off."""
+        return gc.garbage_collect(self, delete_object_older_than, dry_run=dry_run)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)

@@ -1,0 +1,124 @@
+"""Manifest-splitting benchmarks (issue: manifest splitting).
+
+    .venv/bin/python bench/bench_splitting.py [--refs 10000000]
+
+A repository holding N virtual refs in one big variable (time x cell, one ref per chunk, into
+1,000 files with irregular compressed lengths), three coordinate arrays and fifty small arrays,
+on local disk, default manifest config. Figures:
+- cold open + read of the whole `time` coordinate: ms, and manifest bytes read / all (<= 50 ms, <= 1 %)
+- commit changing one chunk of one small array: ms, manifest bytes written vs that array's manifest
+- commit appending 1,000 refs (one time step) to the big variable: ms (<= 0.5 s)
+- total manifest bytes per ref (<= 4)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+
+from bench.common import print_table, timed  # noqa: E402
+from icechunk_spark import Repository  # noqa: E402
+from icechunk_spark.storage import open_storage  # noqa: E402
+from tests.support.counting import CountingStorage  # noqa: E402
+
+CELLS = 1000
+CONTAINER = "file:///data/"
+
+
+def virtual_refs(steps: int, first_step: int = 0, seed: int = 0) -> dict[str, object]:
+    """One ref per (step, cell): files of 10 steps each, irregular lengths, contiguous offsets."""
+    n = steps * CELLS
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(20_000, 40_000, n).astype(np.uint64)
+    step = np.repeat(np.arange(first_step, first_step + steps), CELLS)
+    file_no = step // 10
+    # Offsets restart at each file: cumulative lengths minus the file's starting total.
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    file_start = starts[np.searchsorted(file_no, file_no, side="left")]
+    offsets = starts - file_start
+    names = pc.binary_join_element_wise(
+        pa.scalar(CONTAINER + "run/day-"), pa.array(file_no).cast(pa.string()), pa.scalar(".nc"), ""
+    )
+    coords = np.stack([step, np.tile(np.arange(CELLS), steps)], axis=1)
+    return {"coord": coords, "virtual_path": names, "offset": offsets, "length": lengths}
+
+
+def build(url: str, refs: int) -> None:
+    repo = Repository.create(url, config={"virtual_chunk_containers": {CONTAINER: {}}})
+    steps = refs // CELLS
+    session = repo.writable_session()
+    session.create_group("/")
+    for name, size in (("time", steps), ("lat", 180), ("lon", 360)):
+        session.create_array(f"/{name}", shape=(size,), chunk_shape=(100,), dtype="float64")
+        n = -(-size // 100)
+        session.set_chunk_refs(f"/{name}", {"coord": np.arange(n).reshape(-1, 1), "inline_data": [b"\0" * 800] * n})
+    for i in range(50):
+        session.create_array(f"/small{i}", shape=(100,), chunk_shape=(10,), dtype="float64")
+        session.set_chunk_refs(f"/small{i}", {"coord": np.arange(10).reshape(-1, 1), "inline_data": [b"\1" * 80] * 10})
+    session.create_array("/var", shape=(steps, CELLS), chunk_shape=(1, 1), dtype="float32", dimension_names=["time", "cell"])
+    session.set_chunk_refs("/var", virtual_refs(steps))
+    session.commit("datacube")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--refs", type=int, default=10_000_000)
+    args = parser.parse_args()
+    url = Path(tempfile.mkdtemp(prefix="bench-split-")).as_uri()
+    build_s, _ = timed(lambda: build(url, args.refs))
+
+    manifests = Repository.open(url).manifests()
+    total_bytes = sum(m.bytes for m in manifests)
+    total_refs = sum(m.refs for m in manifests)
+
+    storage = CountingStorage(open_storage(url))
+    start = time.perf_counter()
+    reader = Repository.open(storage).readonly_session()
+    for i in range(len(reader.chunk_coords("/time"))):
+        reader.get_chunk("/time", (i,))
+    cold_ms = (time.perf_counter() - start) * 1000
+    read_share = storage.get_bytes["m"] / total_bytes
+
+    storage = CountingStorage(open_storage(url))
+    repo = Repository.open(storage)
+    small_manifest = next(m for m in repo.manifests() if "/small7" in m.arrays)
+    session = repo.writable_session()
+    session.set_chunk("/small7", (3,), b"\2" * 80)
+    small_s, _ = timed(lambda: session.commit("one chunk of one small array"))
+    written = sum(i.size for i in storage.list("m/")) - total_bytes
+
+    session = repo.writable_session()
+    steps = args.refs // CELLS
+    node = session.get_node("/var")
+    session.set_node_metadata("/var", node.zarr_json.replace(f"[{steps}, {CELLS}]".encode(), f"[{steps + 1}, {CELLS}]".encode()))
+    session.set_chunk_refs("/var", virtual_refs(1, first_step=steps, seed=1))
+    puts_before = storage.puts["m"]
+    append_s, _ = timed(lambda: session.commit("append 1,000 refs"))
+
+    print_table(
+        f"manifest splitting: {total_refs:,} refs, {len(manifests)} manifests, local disk (build {build_s:.1f} s)",
+        ["benchmark", "figure", "target"],
+        [
+            ["cold open + read `time`: ms", cold_ms, "<= 50"],
+            ["  manifest bytes read / all manifest bytes %", read_share * 100, "<= 1"],
+            ["commit one chunk of one small array: ms", small_s * 1000, "<= 100"],
+            ["  manifest bytes written", written, f"<= {small_manifest.bytes} (its manifest, before)"],
+            ["commit appending 1,000 refs to the big variable: ms", append_s * 1000, "<= 500"],
+            ["  manifests written by that commit", storage.puts["m"] - puts_before, ""],
+            ["total manifest bytes per ref", total_bytes / total_refs, "<= 4"],
+        ],
+    )
+
+
+if __name__ == "__main__":
+    main()
