@@ -42,15 +42,13 @@ Run one maintenance operation (expiry, GC) at a time; commits and reads may go o
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-import pyarrow.parquet as pq
-
 from .errors import FormatError, NotFoundError
+from .format.parquet import read_parquet_bytes
 from .format.state import SnapshotInfo, State, decode_state
 from .format.structure import StructureRow, decode_structure
 from .history import utc_ms
@@ -187,7 +185,7 @@ def _chunk_ids(storage: Storage, manifest_id: str) -> Iterator[str]:
     key = manifest_key(manifest_id)
     data = _get_needed(storage, key, None)
     try:
-        column = pq.read_table(io.BytesIO(data), columns=["chunk_id"]).column("chunk_id")
+        column = read_parquet_bytes(data, columns=["chunk_id"]).column("chunk_id")
     except Exception as exc:  # pyarrow raises several types for a bad file
         raise FormatError(
             f"garbage collection stopped, nothing deleted: manifest {key!r} is unreadable: {exc}"

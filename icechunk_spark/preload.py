@@ -1,6 +1,6 @@
 """Background preload of chosen manifests when a session starts (seed 000's ``preload``).
 
-Opening never waits: the fetches run on a daemon thread into the repository's manifest cache,
+Opening never waits: the fetches run on a background thread into the repository's manifest cache,
 whose entries are futures, so a read needing a manifest being preloaded waits for that fetch
 instead of starting a second one. Failures are logged, never raised into a user's read.
 """

@@ -16,10 +16,20 @@ def table_to_parquet(table: pa.Table, **options: object) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
+def read_parquet_bytes(data: bytes, columns: list[str] | None = None) -> pa.Table:
+    """Read Parquet bytes on the calling thread.
+
+    ``use_threads=False``: our files are small and we parallelise across files; and with
+    pyarrow 26 a threaded read makes about half of the processes abort at interpreter exit
+    ("terminate called without an active exception").
+    """
+    return pq.read_table(io.BytesIO(data), columns=columns, use_threads=False)
+
+
 def parquet_to_table(data: bytes, name: str, schema: pa.Schema | None = None) -> pa.Table:
     """Read a Parquet file's bytes; ``FormatError`` naming ``name`` when corrupt or mis-shaped."""
     try:
-        table = pq.read_table(io.BytesIO(data))
+        table = read_parquet_bytes(data)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise FormatError(
             f"{name!r} is not a readable Parquet file (corrupt or truncated): {exc}"

@@ -1,0 +1,121 @@
+"""The icechunk-spark command line, driven as a user would: in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from icechunk_spark import Repository
+
+CONF = Path(__file__).resolve().parent.parent / "conf" / "manifests.yaml"
+
+
+def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "icechunk_spark.cli", *args], capture_output=True, text=True
+    )
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def run_json(*args: str):
+    return json.loads(run(*args, "--json").stdout)
+
+
+@pytest.fixture
+def repo_url(tmp_path):
+    url = (tmp_path / "repo").as_uri()
+    run("init", url)
+    repo = Repository.open(url)
+    session = repo.writable_session()
+    session.create_group("/", attributes={"title": "cli"})
+    session.create_array("/grp/temp", shape=(4, 6), chunk_shape=(2, 3), dtype="float32")
+    session.set_chunk("/grp/temp", (0, 0), b"\0" * 24)
+    session.commit("first")
+    session = repo.writable_session()
+    session.set_chunk("/grp/temp", (1, 1), b"\1" * 24)
+    session.commit("second")
+    return url
+
+
+def test_log_lists_snapshots_newest_first(repo_url):
+    entries = run_json("log", repo_url)
+    assert [e["message"] for e in entries] == ["second", "first", "Repository initialized"]
+    assert run_json("log", repo_url, "-n", "1")[0]["message"] == "second"
+    assert "second" in run("log", repo_url).stdout
+
+
+def test_branch_and_tag_lifecycle(repo_url):
+    first = run_json("log", repo_url)[1]["id"]
+    assert set(run_json("branch", repo_url, "create", "dev", first)) == {"main", "dev"}
+    assert run_json("branch", repo_url)["dev"] == first
+    assert (
+        run_json("branch", repo_url, "reset", "dev", "main")["dev"]
+        == run_json("log", repo_url)[0]["id"]
+    )
+    assert "dev" not in run_json("branch", repo_url, "delete", "dev")
+    assert run_json("tag", repo_url, "create", "v1", first) == {"v1": first}
+    failed = run("tag", repo_url, "create", "v1", "main", ok=False)
+    assert failed.returncode == 1 and "immutable" in failed.stderr
+    assert run_json("tag", repo_url, "delete", "v1") == {}
+
+
+def test_ls_show_diff_and_chunks(repo_url):
+    rows = run_json("ls", repo_url)
+    assert [r["path"] for r in rows] == ["/", "/grp/temp"]
+    assert "temp  (4, 6) chunks (2, 3) float32" in run("ls", repo_url).stdout
+    shown = run_json("show", repo_url, "/grp/temp")
+    assert shown["zarr_json"]["shape"] == [4, 6] and shown["refs"] == 2
+    first = run_json("log", repo_url)[1]["id"]
+    assert run_json("show", repo_url, first)["message"] == "first"
+    assert run_json("diff", repo_url, first, "main")["chunks_changed"] == {"/grp/temp": 1}
+    assert run_json("chunks", repo_url) == {"/grp/temp": {"initialized": 2, "total": 4}}
+    assert run_json("ls", repo_url, "--ref", first)[1]["refs"] == 1
+
+
+def test_config_show_validate_and_set(repo_url, tmp_path):
+    shown = run("config", repo_url, "show").stdout
+    assert "coordinates" in shown
+    assert run_json("config", repo_url, "validate", str(CONF)) == {"valid": True}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"chunk-manifests": {"rules": [{"target": "nowhere"}]}}))
+    failed = run("config", repo_url, "validate", str(bad), ok=False)
+    assert failed.returncode == 1 and "chunk-manifests.rules[0].target" in failed.stderr
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        yaml.safe_dump({"chunk-manifests": {"sets": [{"default": {"max-manifest-size": 10}}]}})
+    )
+    run("config", repo_url, "set", str(good))
+    assert Repository.open(repo_url).manifest_config.set("default").max_manifest_size == 10
+
+
+def test_expire_and_gc(repo_url):
+    assert run_json("expire", repo_url, "--older-than", "2000-01-01T00:00:00") == []
+    dry = run_json("gc", repo_url, "--days", "0", "--dry-run")
+    assert dry["chunks_deleted"] == 0
+    run_json("expire", repo_url, "--days", "0")
+    done = run_json("gc", repo_url, "--days", "0")
+    assert done["structures_deleted"] >= 1
+    assert Repository.open(repo_url).readonly_session().get_chunk("/grp/temp", (1, 1)) == b"\1" * 24
+
+
+def test_errors_are_one_line_with_a_nonzero_exit(tmp_path, repo_url):
+    missing = run("log", (tmp_path / "nothing").as_uri(), ok=False)
+    assert missing.returncode == 1
+    assert (
+        missing.stderr.startswith("icechunk-spark: error: no repository")
+        and missing.stderr.count("\n") == 1
+    )
+    assert "Traceback" not in missing.stderr
+    unknown = run("log", repo_url, "nosuchbranch", ok=False)
+    assert unknown.returncode == 1 and "not a branch, tag or snapshot" in unknown.stderr
+    again = run("init", repo_url, ok=False)
+    assert again.returncode == 1 and "a repository exists at" in again.stderr
+    debug = run("log", (tmp_path / "nothing").as_uri(), "--debug", ok=False)
+    assert "Traceback" in debug.stderr
