@@ -50,6 +50,8 @@ def encode_coords(coords: np.ndarray) -> pa.BinaryArray:
 
 def decode_coords(encoded: pa.Array | pa.ChunkedArray, ndim: int) -> np.ndarray:
     """Decode a column of coords of one array (all ``ndim`` wide) into an ``(n, ndim)`` array."""
+    if ndim == 0:  # a 0-d array's only chunk has the empty coord
+        return np.zeros((len(encoded), 0), dtype=np.int64)
     keys = coord_keys(encoded, ndim)
     return np.frombuffer(keys.tobytes(), dtype=_BE_U32).reshape(-1, ndim).astype(np.int64)
 

@@ -146,7 +146,8 @@ def parse_array_meta(doc: Mapping[str, Any], path: str) -> ArrayMeta:
     if (
         len(chunk_shape) != len(shape)
         or any(s < 0 for s in shape)
-        or any(c < 1 for c in chunk_shape)
+        # zarr allows a chunk length of 0, but only along an empty dimension.
+        or any(c < 0 or (c == 0 and s > 0) for s, c in zip(shape, chunk_shape, strict=True))
     ):
         raise InvalidInputError(
             f"array {path!r}: shape {shape} and chunk shape {chunk_shape} do not fit"

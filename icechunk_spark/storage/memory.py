@@ -19,6 +19,10 @@ class MemoryStorage(Storage):
         self._objects: dict[str, tuple[bytes, int]] = {}
         self._lock = threading.Lock()
 
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        # Pickle by name: unpickling in this process finds the same objects again.
+        return (MemoryStorage.named, (self.url[len("memory://") :],))
+
     @classmethod
     def named(cls, name: str) -> MemoryStorage:
         """The process-wide store called ``name`` (created on first use)."""
