@@ -14,6 +14,8 @@ on local disk, default manifest config. Figures:
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -105,19 +107,36 @@ def main() -> None:
     puts_before = storage.puts["m"]
     append_s, _ = timed(lambda: session.commit("append 1,000 refs"))
 
+    ic_plain, ic_split = icechunk_figures(args.refs, split=False), icechunk_figures(args.refs, split=True)
     print_table(
         f"manifest splitting: {total_refs:,} refs, {len(manifests)} manifests, local disk (build {build_s:.1f} s)",
-        ["benchmark", "figure", "target"],
+        ["benchmark", "icechunk-spark", "target", "Icechunk", "Icechunk split"],
         [
-            ["cold open + read `time`: ms", cold_ms, "<= 50"],
-            ["  manifest bytes read / all manifest bytes %", read_share * 100, "<= 1"],
-            ["commit one chunk of one small array: ms", small_s * 1000, "<= 100"],
-            ["  manifest bytes written", written, f"<= {small_manifest.bytes} (its manifest, before)"],
-            ["commit appending 1,000 refs to the big variable: ms", append_s * 1000, "<= 500"],
-            ["  manifests written by that commit", storage.puts["m"] - puts_before, ""],
-            ["total manifest bytes per ref", total_bytes / total_refs, "<= 4"],
+            ["cold open + read `time`: ms", cold_ms, "<= 50", *_pair(ic_plain, ic_split, "cold_read_time_ms")],
+            ["  manifest bytes read / all manifest bytes %", read_share * 100, "<= 1", "", ""],
+            ["commit one chunk of one small array: ms", small_s * 1000, "<= 100", *_pair(ic_plain, ic_split, "small_commit_ms")],
+            ["  manifest bytes written", written, f"<= {small_manifest.bytes}", "", ""],
+            ["commit appending 1,000 refs to the big variable: ms", append_s * 1000, "<= 500", *_pair(ic_plain, ic_split, "append_ms")],
+            ["  manifests written by that commit", storage.puts["m"] - puts_before, "", "", ""],
+            ["total manifest bytes per ref", total_bytes / total_refs, "<= 4", *_pair(ic_plain, ic_split, "bytes_per_ref")],
         ],
     )
+
+
+ICECHUNK_PYTHON = Path(__file__).resolve().parent / ".venv312" / "bin" / "python"
+
+
+def icechunk_figures(refs: int, split: bool) -> dict[str, float] | None:
+    """The same scenario in Icechunk, when its venv exists (``make bench`` builds it)."""
+    if not ICECHUNK_PYTHON.exists():
+        return None
+    command = [str(ICECHUNK_PYTHON), str(Path(__file__).with_name("icechunk_side.py")), "--refs", str(refs)]
+    out = subprocess.run([*command, *(["--split"] if split else [])], capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _pair(plain: dict[str, float] | None, split: dict[str, float] | None, key: str) -> list[object]:
+    return [("not installed" if d is None else d[key]) for d in (plain, split)]
 
 
 if __name__ == "__main__":

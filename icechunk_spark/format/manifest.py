@@ -31,6 +31,14 @@ REF_FIELDS = [
     pa.field("checksum", pa.string()),
 ]
 REF_SCHEMA = pa.schema(REF_FIELDS)
+# Optional chunk statistics (seed 003), kept as extra columns; null where not recorded.
+STAT_FIELDS = [
+    pa.field("stat_min", pa.float64()),
+    pa.field("stat_max", pa.float64()),
+    pa.field("stat_nan_count", pa.int64()),
+    pa.field("stat_fill_count", pa.int64()),
+]
+STAT_SCHEMA = pa.schema(STAT_FIELDS)
 ROW_GROUP_SIZE = 256 * 1024
 
 
@@ -54,6 +62,34 @@ def conform_refs(table: pa.Table) -> pa.Table:
     names = [*REF_SCHEMA.names, *extra]
     arrays = [*columns, *(table.column(c) for c in extra)]
     return pa.Table.from_arrays(arrays, names=names)
+
+
+def attach_stats(refs: pa.Table, stats: pa.Table | None) -> pa.Table:
+    """Fill the ``stat_*`` columns of ``refs`` from ``stats`` where the very same chunk matches.
+
+    ``stats`` has ``coord``, ``chunk_id``, ``inline_data`` and the ``STAT_FIELDS``. A row
+    matches on coord *and* on the chunk's identity (its chunk file, or its inline bytes), so
+    statistics of a chunk that was overwritten or dropped in a rebase never stick to another
+    chunk. Values already present in ``refs`` win.
+    """
+    if stats is None or stats.num_rows == 0 or refs.num_rows == 0:
+        return refs
+    found = pc.index_in(_identity(refs), value_set=_identity(stats).combine_chunks())
+    for f in STAT_FIELDS:
+        values = stats.column(f.name).cast(f.type).take(found)
+        if f.name in refs.column_names:
+            values = pc.coalesce(refs.column(f.name).cast(f.type), values)
+            refs = refs.set_column(refs.schema.get_field_index(f.name), f.name, values)
+        else:
+            refs = refs.append_column(f, values)
+    return refs
+
+
+def _identity(table: pa.Table) -> pa.ChunkedArray:
+    """``coord + 0x00 + (chunk id or inline bytes)``: one binary key per chunk write."""
+    chunk_id = pc.cast(table.column("chunk_id"), pa.binary())
+    where = pc.coalesce(chunk_id, table.column("inline_data").cast(pa.binary()))
+    return pc.binary_join_element_wise(table.column("coord").cast(pa.binary()), where, b"\x00")
 
 
 def is_tombstone(table: pa.Table) -> pa.ChunkedArray:
@@ -101,7 +137,7 @@ def encode_manifest(refs: pa.Table, presorted: bool = False) -> bytes:
         column_encoding={
             "coord": "DELTA_BYTE_ARRAY",
             "offset": "DELTA_BINARY_PACKED",
-            "length": "DELTA_BINARY_PACKED",
+            "length": "BYTE_STREAM_SPLIT",  # random compressed sizes: 1.93 B/ref vs 1.99 delta
         },
     )
 
