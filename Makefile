@@ -4,6 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+# Icechunk (the reference system) needs Python >= 3.12: benchmarks compare against it in a venv
+# of its own when such an interpreter exists (pyenv's, or python3.12 on PATH).
+PY312 ?= $(shell command -v python3.12 2>/dev/null || ls -d $$(pyenv root 2>/dev/null)/versions/3.12*/bin/python 2>/dev/null | tail -n 1)
+ICECHUNK_VENV := bench/.venv312
+
 .PHONY: install test lint demo bench clean
 
 $(STAMP): pyproject.toml
@@ -20,6 +25,15 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+$(ICECHUNK_VENV)/bin/python:
+	@if [ -n "$(PY312)" ]; then $(PY312) -m venv $(ICECHUNK_VENV) && $(ICECHUNK_VENV)/bin/python -m pip install --quiet icechunk numpy; \
+	else echo "no Python 3.12: benchmarks run without the Icechunk column"; fi
+
+bench: $(STAMP)
+	-@$(MAKE) --no-print-directory $(ICECHUNK_VENV)/bin/python
+	$(BIN)/python bench/bench_engine.py
+	$(BIN)/python bench/bench_splitting.py
 
 clean:
 	rm -rf $(VENV) demo-repo .pytest_cache .mypy_cache

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -19,12 +20,17 @@ class RepositoryConfig:
     files. ``manifests``: the ``chunk-manifests`` document (see ``conf/manifests.yaml``);
     ``None`` means the default configuration. ``virtual_chunk_containers``: URL prefixes that
     virtual refs may point into, each with fsspec storage options.
+    ``verify_virtual_checksums``: compare a virtual ref's recorded checksum with its target's
+    on read (``False`` reads the current bytes). ``chunk_statistics``: regexes (full match on
+    the array path) of arrays whose written chunks get min/max/NaN/fill statistics.
     """
 
     inline_chunk_threshold_bytes: int = DEFAULT_INLINE_CHUNK_THRESHOLD
     manifests: Mapping[str, Any] | None = None
     virtual_chunk_containers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     max_concurrent_writes: int = 16
+    verify_virtual_checksums: bool = True
+    chunk_statistics: Sequence[str] = ()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> RepositoryConfig:
@@ -47,6 +53,8 @@ class RepositoryConfig:
                 k: dict(v) for k, v in self.virtual_chunk_containers.items()
             },
             "max_concurrent_writes": self.max_concurrent_writes,
+            "verify_virtual_checksums": self.verify_virtual_checksums,
+            "chunk_statistics": list(self.chunk_statistics),
         }
 
     def merged(self, override: RepositoryConfig | Mapping[str, Any] | None) -> RepositoryConfig:
@@ -67,6 +75,15 @@ class RepositoryConfig:
             raise ConfigError("config.inline_chunk_threshold_bytes must be an integer >= 0")
         if not isinstance(self.max_concurrent_writes, int) or self.max_concurrent_writes < 1:
             raise ConfigError("config.max_concurrent_writes must be an integer >= 1")
+        if not isinstance(self.verify_virtual_checksums, bool):
+            raise ConfigError("config.verify_virtual_checksums must be true or false")
+        if isinstance(self.chunk_statistics, str):
+            raise ConfigError("config.chunk_statistics must be a list of regexes, not a string")
+        for i, pattern in enumerate(self.chunk_statistics):
+            try:
+                re.compile(pattern)
+            except (re.error, TypeError) as exc:
+                raise ConfigError(f"config.chunk_statistics[{i}] is not a regex: {exc}") from exc
         if self.manifests is not None:
             from .splitting import parse_config
 

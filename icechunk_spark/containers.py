@@ -1,120 +1,502 @@
 """Virtual chunk containers: the allow-list of places virtual refs may point into.
 
 A manifest could name any URL, and the process reading it holds credentials (seed 002's
-confused deputy). So a repository's config lists the URL prefixes its virtual refs may use,
-writing a ref outside them is refused, and reading needs the user to authorize the container.
+confused deputy: a repository written by someone else makes *our* process read
+``file:///etc/passwd`` or a private bucket with *our* keys). So:
+
+**Writing a ref** (``Session.set_virtual_ref``, the bulk ``set_chunk_refs`` path, importers)
+needs the URL to lie inside one of the repository's ``virtual_chunk_containers``; otherwise
+``VirtualRefRefusedError`` is raised and nothing is recorded. URLs are checked as text, before
+any I/O:
+
+- a URL must have a scheme, or be relative (then it resolves against the *only* container;
+  with several containers a relative URL is ambiguous and refused);
+- ``..`` segments are refused, also percent-encoded (``%2e%2e``, ``%252e%252e``, ``..%2f``),
+  as are backslashes, control characters, ``?`` queries and ``#`` fragments (servers and
+  filesystems may interpret them and leave the container);
+- a container prefix always ends with ``/``, so ``file:///data-evil/x`` is *not* inside the
+  container ``file:///data/``; the scheme is compared case-insensitively, everything else
+  exactly (``file://localhost/data/x`` is not ``file:///data/x``: refused, not guessed);
+- the most specific (longest) matching container wins.
+
+**Reading a ref** additionally needs the *user* to authorize it: ``Repository.open(url,
+authorize_virtual=["file:///data/"])`` (or ``{prefix: fsspec options}`` to supply
+credentials). A ref is read only if it lies inside a container of the repository config *and*
+inside a prefix the user authorized; otherwise ``VirtualRefRefusedError`` names the prefix to
+authorize. Authorization is by prefix of the URL, so authorizing ``file:///data/`` does not
+open ``file:///etc/`` even when the repository's config lists ``file:///`` as a container.
+For ``file://`` containers the target's real path (symlinks resolved) must also stay inside
+the container's real path, so a symlink planted in a container cannot reach out of it.
+
+**Checksums**: a ref may carry the target's checksum when it was made (``file_checksum``:
+``etag:<ETag>`` where the store has ETags, else ``mtime:<mtime>:<size>``). On read the current
+checksum is compared (one ``info`` call per file per batch of reads); a mismatch raises
+``SourceChangedError``. Opt out with the repository config ``verify_virtual_checksums=False``:
+then the current bytes are returned.
+
+**Coalescing**: ``VirtualReader.read_many`` groups requests by file, merges ranges whose gap
+is at most ``CoalesceSettings.max_gap_bytes`` into one ranged request (up to
+``max_request_bytes``), and fetches the merged ranges with bounded concurrency. Single
+``read`` calls that arrive from several threads within ``batch_window_seconds`` (2 ms) are
+served as one batch, so zarr's concurrent per-chunk reads coalesce too; a read with no other
+read in flight (a sequential reader) does not wait.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 import posixpath
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlsplit
 
-from .errors import InvalidInputError, NotFoundError, StorageError
+from .errors import IcechunkSparkError, InvalidInputError, NotFoundError, StorageError
 
 Authorization = Mapping[str, Mapping[str, Any]]
 
+# Characters whose meaning differs between filesystems, HTTP servers and object stores.
+_FORBIDDEN = ("\\", "?", "#")
+
+
+class VirtualRefRefusedError(InvalidInputError):
+    """A virtual ref points outside the allowed containers, or its container is not authorized."""
+
+
+class SourceChangedError(IcechunkSparkError):
+    """The file a virtual ref points into changed after the ref was written (checksum differs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualRequest:
+    """``length`` bytes at ``offset`` of ``url``; ``checksum`` as recorded with the ref."""
+
+    url: str
+    offset: int
+    length: int
+    checksum: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CoalesceSettings:
+    """How reads of one file are merged, and how long single reads wait for company.
+
+    ``max_gap_bytes``: ranges at most this far apart are fetched as one request (the gap is
+    read and thrown away: cheaper than a round trip on object stores). ``max_request_bytes``:
+    a merged request never grows beyond this. ``batch_window_seconds``: single reads arriving
+    within this window from several threads are served together (0 disables batching).
+    ``max_concurrency``: merged requests in flight at once.
+    """
+
+    max_gap_bytes: int = 64 * 1024
+    max_request_bytes: int = 64 * 1024 * 1024
+    batch_window_seconds: float = 0.002
+    max_concurrency: int = 8
+
+    def __post_init__(self) -> None:
+        if self.max_gap_bytes < 0 or self.max_request_bytes < 1 or self.max_concurrency < 1:
+            raise InvalidInputError(
+                "CoalesceSettings: max_gap_bytes >= 0, max_request_bytes >= 1 and "
+                "max_concurrency >= 1 are required"
+            )
+        if self.batch_window_seconds < 0:
+            raise InvalidInputError("CoalesceSettings.batch_window_seconds must be >= 0")
+
 
 def normalize_prefix(prefix: str) -> str:
-    parsed = urlparse(prefix)
-    if not parsed.scheme:
+    """A container prefix in canonical form: lower-case scheme, ending in ``/``.
+
+    Raises:
+        InvalidInputError: no scheme, or the prefix itself contains ``..`` or forbidden parts.
+    """
+    scheme, sep, rest = prefix.partition("://")
+    if not sep or not scheme:
         raise InvalidInputError(
             f"virtual chunk container {prefix!r} must be a URL with a scheme (file:///data/)"
         )
-    return prefix if prefix.endswith("/") else prefix + "/"
+    _check_text(prefix, rest)
+    return f"{scheme.lower()}://{rest if rest.endswith('/') else rest + '/'}"
+
+
+def _check_text(url: str, path: str) -> None:
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        raise VirtualRefRefusedError(f"virtual ref {url!r} refused: it contains control characters")
+    for ch in _FORBIDDEN:
+        if ch in url:
+            raise VirtualRefRefusedError(
+                f"virtual ref {url!r} refused: {ch!r} is not allowed in virtual ref URLs"
+            )
+    # Decode repeatedly so double encoding (%252e) cannot smuggle a '..' past us.
+    decoded, previous = path, None
+    while decoded != previous:
+        previous, decoded = decoded, unquote(decoded)
+    if ".." in decoded.split("/") or "\\" in decoded:
+        raise VirtualRefRefusedError(
+            f"virtual ref {url!r} refused: '..' segments (also percent-encoded) are not allowed"
+        )
 
 
 def resolve_url(url: str, containers: Iterable[str]) -> tuple[str, str]:
-    """``(absolute url, container prefix)`` for a virtual ref, or ``InvalidInputError``.
+    """``(absolute url, container prefix)`` for a virtual ref.
 
-    Relative refs (no scheme) resolve against the single container they fit in; ``..`` segments
-    and absolute URLs outside every container are refused.
+    Relative refs (no scheme) resolve against the single container; the most specific
+    container containing the URL wins.
+
+    >>> resolve_url("file:///data/a.nc", ["file:///data/"])
+    ('file:///data/a.nc', 'file:///data/')
+
+    Raises:
+        VirtualRefRefusedError: the URL is outside every container, ambiguous, or malformed.
     """
-    prefixes = [normalize_prefix(c) for c in containers]
+    prefixes = sorted({normalize_prefix(c) for c in containers}, key=len, reverse=True)
     if not prefixes:
-        raise InvalidInputError(
+        raise VirtualRefRefusedError(
             f"virtual ref {url!r} refused: the repository lists no virtual chunk containers; "
             "add one with config virtual_chunk_containers={'file:///data/': {}}"
         )
-    parsed = urlparse(url)
-    if ".." in parsed.path.split("/"):
-        raise InvalidInputError(f"virtual ref {url!r} refused: '..' segments are not allowed")
-    if not parsed.scheme:
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        _check_text(url, url)
         if len(prefixes) != 1:
-            raise InvalidInputError(
+            raise VirtualRefRefusedError(
                 f"relative virtual ref {url!r} is ambiguous: "
-                f"the repository has {len(prefixes)} containers"
+                f"the repository has {len(prefixes)} containers; use an absolute URL"
             )
-        url = prefixes[0] + url.lstrip("/")
-    scheme, rest = url.split("://", 1) if "://" in url else (parsed.scheme, url)
-    normalized = f"{scheme}://{posixpath.normpath(rest)}" if rest else url
+        scheme, _, rest = (prefixes[0] + url.lstrip("/")).partition("://")
+    else:
+        _check_text(url, rest)
+    if not rest:
+        raise VirtualRefRefusedError(f"virtual ref {url!r} refused: it names no file")
+    normalized = f"{scheme.lower()}://{_normpath(rest)}"
     for prefix in prefixes:
-        if normalized.startswith(prefix):
+        if normalized.startswith(prefix) and len(normalized) > len(prefix):
             return normalized, prefix
-    raise InvalidInputError(
+    raise VirtualRefRefusedError(
         f"virtual ref {url!r} is outside every virtual chunk container ({prefixes}); "
         "add its prefix to the repository config's virtual_chunk_containers"
     )
 
 
+def _normpath(rest: str) -> str:
+    # posixpath.normpath keeps a leading '//' and drops a trailing '/'; neither matters here
+    # because '..' is refused before and containers compare with a trailing '/'.
+    leading = "/" if rest.startswith("/") else ""
+    return leading + posixpath.normpath(rest).lstrip("/")
+
+
 class VirtualReader:
-    """Reads byte ranges of virtual refs, only from containers the user authorized."""
+    """Reads byte ranges of virtual refs, only from containers the user authorized.
+
+    ``verify_checksums=False`` skips the checksum comparison (returns current bytes).
+    """
 
     def __init__(
-        self, containers: Mapping[str, Mapping[str, Any]], authorized: Authorization | None
+        self,
+        containers: Mapping[str, Mapping[str, Any]],
+        authorized: Authorization | None,
+        *,
+        verify_checksums: bool = True,
+        settings: CoalesceSettings | None = None,
     ) -> None:
         self._containers = {normalize_prefix(k): dict(v) for k, v in containers.items()}
         self._authorized = {normalize_prefix(k): dict(v) for k, v in (authorized or {}).items()}
-        self._filesystems: dict[str, Any] = {}
+        self.verify_checksums = verify_checksums
+        self.settings = settings or CoalesceSettings()
+        self._filesystems: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
+        self._batch: list[tuple[VirtualRequest, Future[bytes]]] | None = None
+        self._batch_lock = threading.Lock()
+        self._inflight = 0  # single reads in progress (to tell sequential from concurrent)
+        self._pool: ThreadPoolExecutor | None = None
 
+    # -- public API -----------------------------------------------------------------------
     def read(self, url: str, offset: int, length: int, checksum: str | None) -> bytes:
-        absolute, prefix = resolve_url(url, self._containers)
-        if prefix not in self._authorized:
-            raise InvalidInputError(
-                f"virtual chunk container {prefix!r} is not authorized for reading; open the "
-                f"repository with authorize_virtual=[{prefix!r}] to read {absolute!r}"
-            )
-        fs = self._filesystem(prefix)
-        try:
-            if checksum is not None:
-                self._check(fs, absolute, checksum)
-            return bytes(fs.cat_file(absolute, start=offset, end=offset + length))
-        except FileNotFoundError:
-            raise NotFoundError(f"virtual ref target {absolute!r} does not exist") from None
-        except OSError as exc:
-            raise StorageError(f"reading virtual ref {absolute!r} failed: {exc}") from exc
+        """The bytes of one ref; concurrent calls within the batch window share requests.
 
-    def _filesystem(self, prefix: str) -> Any:
+        Raises:
+            VirtualRefRefusedError: outside the containers, or not authorized for reading.
+            SourceChangedError: the target's checksum differs from the ref's.
+            NotFoundError: the target does not exist.
+            StorageError: the read failed.
+        """
+        request = VirtualRequest(url, int(offset), int(length), checksum)
+        if self.settings.batch_window_seconds <= 0:
+            return _unwrap(self._execute([request])[0])
+        future: Future[bytes] = Future()
+        with self._batch_lock:
+            self._inflight += 1
+            # A reader with no company (sequential reads) goes straight ahead: the window
+            # only pays off when other reads are in flight to share requests with.
+            alone = self._inflight == 1 and self._batch is None
+            leader = not alone and self._batch is None
+            if leader:
+                self._batch = []
+            if self._batch is not None and not alone:
+                self._batch.append((request, future))
+        try:
+            if alone:
+                return _unwrap(self._execute([request])[0])
+            if leader:
+                time.sleep(self.settings.batch_window_seconds)  # let concurrent reads join
+                self._serve_batch()
+            return future.result()
+        finally:
+            with self._batch_lock:
+                self._inflight -= 1
+
+    async def read_async(self, url: str, offset: int, length: int, checksum: str | None) -> bytes:
+        """``read`` for coroutines: waits for its batch without holding a thread.
+
+        Meant for async callers (a zarr store's ``get``): all concurrent gets join one batch
+        served by a timer thread after the window, however many there are, whereas threaded
+        callers can only batch as many reads as they have threads.
+        """
+        request = VirtualRequest(url, int(offset), int(length), checksum)
+        future: Future[bytes] = Future()
+        with self._batch_lock:
+            leader = self._batch is None
+            if self._batch is None:
+                self._batch = []
+            self._batch.append((request, future))
+        if leader:
+            timer = threading.Timer(self.settings.batch_window_seconds, self._serve_batch)
+            timer.daemon = True
+            timer.start()
+        return await asyncio.wrap_future(future)
+
+    def _serve_batch(self) -> None:
+        with self._batch_lock:
+            batch, self._batch = self._batch or [], None
+        try:
+            outcomes = self._execute([r for r, _ in batch])
+        except BaseException as exc:  # never leave the followers waiting forever
+            outcomes = [exc] * len(batch)
+        for (_, waiting), outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                waiting.set_exception(outcome)
+            else:
+                waiting.set_result(outcome)
+
+    def read_many(self, requests: Sequence[VirtualRequest]) -> list[bytes]:
+        """The bytes of many refs, in order, with nearby ranges of a file fetched together.
+
+        Raises the first failing request's error (see ``read``).
+        """
+        return [_unwrap(o) for o in self._execute(list(requests))]
+
+    def authorized_prefix(self, url: str) -> tuple[str, str, str]:
+        """``(absolute url, container, authorized prefix)``, or ``VirtualRefRefusedError``."""
+        absolute, container = resolve_url(url, self._containers)
+        chosen = [p for p in self._authorized if absolute.startswith(p)]
+        if not chosen:
+            raise VirtualRefRefusedError(
+                f"virtual chunk container {container!r} is not authorized for reading; open the "
+                f"repository with authorize_virtual=[{container!r}] to read {absolute!r}"
+            )
+        return absolute, container, max(chosen, key=len)
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    # -- execution ------------------------------------------------------------------------
+    def _execute(self, requests: list[VirtualRequest]) -> list[bytes | BaseException]:
+        """Every request's bytes or error: grouped by file, checked, merged, fetched."""
+        outcomes: list[bytes | BaseException | None] = [None] * len(requests)
+        fetches: list[_Fetch] = []
+        for (absolute, container, auth), members in self._group(requests, outcomes).items():
+            fs = self._filesystem(container, auth)
+            try:
+                self._check_target(fs, absolute, container, [requests[i] for i in members])
+            except IcechunkSparkError as exc:
+                for i in members:
+                    outcomes[i] = exc
+                continue
+            fetches.extend(plan_fetches(fs, absolute, members, requests, self.settings))
+        for fetch, result in zip(fetches, self._run(fetches), strict=True):
+            for i in fetch.members:
+                if isinstance(result, BaseException):
+                    outcomes[i] = result
+                else:
+                    start = requests[i].offset - fetch.start
+                    outcomes[i] = result[start : start + requests[i].length]
+        return [o if o is not None else b"" for o in outcomes]
+
+    def _group(
+        self, requests: list[VirtualRequest], outcomes: list[bytes | BaseException | None]
+    ) -> dict[tuple[str, str, str], list[int]]:
+        """Request indexes by (file, container, authorized prefix); refusals go to outcomes."""
+        groups: dict[tuple[str, str, str], list[int]] = {}
+        for i, request in enumerate(requests):
+            try:
+                if request.offset < 0 or request.length < 0:
+                    raise InvalidInputError(f"virtual read of {request.url!r}: negative range")
+                place = self.authorized_prefix(request.url)
+            except IcechunkSparkError as exc:
+                outcomes[i] = exc
+                continue
+            groups.setdefault(place, []).append(i)
+        return groups
+
+    def _run(self, fetches: list[_Fetch]) -> list[bytes | BaseException]:
+        if len(fetches) <= 1:
+            return [f.run() for f in fetches]
+        pool = self._executor()
+        return list(pool.map(lambda f: f.run(), fetches))
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self.settings.max_concurrency,
+                    thread_name_prefix="icechunk-virtual",
+                )
+            return self._pool
+
+    def _check_target(
+        self, fs: Any, url: str, container: str, requests: list[VirtualRequest]
+    ) -> None:
+        if container.startswith("file://"):
+            _check_real_path(url, container)
+        wanted = {r.checksum for r in requests if r.checksum is not None}
+        if not wanted or not self.verify_checksums:
+            return
+        try:
+            current = file_checksum(fs.info(url))
+        except FileNotFoundError:
+            raise NotFoundError(f"virtual ref target {url!r} does not exist") from None
+        except OSError as exc:
+            raise StorageError(f"reading the checksum of {url!r} failed: {exc}") from exc
+        stale = sorted(c for c in wanted if c != current)
+        if stale:
+            raise SourceChangedError(
+                f"virtual ref target {url!r} changed since the ref was written (checksum "
+                f"{stale[0]!r}, now {current!r}); re-import it, or open the repository with "
+                "config={'verify_virtual_checksums': False} to read the current bytes"
+            )
+
+    def _filesystem(self, container: str, auth: str) -> Any:
         import fsspec
 
         with self._lock:
-            fs = self._filesystems.get(prefix)
+            fs = self._filesystems.get((container, auth))
             if fs is None:
-                options = {**self._containers.get(prefix, {}), **self._authorized[prefix]}
-                fs = fsspec.filesystem(urlparse(prefix).scheme or "file", **options)
-                self._filesystems[prefix] = fs
+                options = {**self._containers.get(container, {}), **self._authorized[auth]}
+                fs = fsspec.filesystem(container.partition("://")[0], **options)
+                self._filesystems[(container, auth)] = fs
             return fs
 
-    @staticmethod
-    def _check(fs: Any, url: str, checksum: str) -> None:
-        info = fs.info(url)
-        current = file_checksum(info)
-        if current != checksum:
-            raise InvalidInputError(
-                f"virtual ref target {url!r} changed since the ref was written (checksum "
-                f"{checksum!r}, now {current!r}); re-import it, or read with "
-                "verify_virtual_checksums=False"
-            )
+
+@dataclass(frozen=True, slots=True)
+class _Fetch:
+    """One ranged request serving the requests ``members`` (indexes into the batch)."""
+
+    fs: Any
+    url: str
+    start: int
+    end: int
+    members: tuple[int, ...]
+
+    def run(self) -> bytes | BaseException:
+        try:
+            return bytes(self.fs.cat_file(self.url, start=self.start, end=self.end))
+        except FileNotFoundError:
+            return NotFoundError(f"virtual ref target {self.url!r} does not exist")
+        except OSError as exc:
+            return StorageError(f"reading virtual ref {self.url!r} failed: {exc}")
 
 
-def file_checksum(info: Mapping[str, Any]) -> str:
-    """An ETag when the store has one, else the modification time (and size)."""
+def plan_fetches(
+    fs: Any,
+    url: str,
+    members: Sequence[int],
+    requests: Sequence[VirtualRequest],
+    settings: CoalesceSettings,
+) -> list[_Fetch]:
+    """Merge the requests of one file into as few ranged requests as the settings allow."""
+    order = sorted(members, key=lambda i: (requests[i].offset, requests[i].length))
+    fetches: list[_Fetch] = []
+    group: list[int] = []
+    start = end = 0
+    for i in order:
+        r_start, r_end = requests[i].offset, requests[i].offset + requests[i].length
+        joins = (
+            group
+            and r_start - end <= settings.max_gap_bytes
+            and max(end, r_end) - start <= settings.max_request_bytes
+        )
+        if joins:
+            group.append(i)
+            end = max(end, r_end)
+            continue
+        if group:
+            fetches.append(_Fetch(fs, url, start, end, tuple(group)))
+        group, start, end = [i], r_start, r_end
+    if group:
+        fetches.append(_Fetch(fs, url, start, end, tuple(group)))
+    return fetches
+
+
+def _check_real_path(url: str, container: str) -> None:
+    """A local target must stay inside its container after resolving symlinks."""
+    path = urlsplit(url).path
+    root = os.path.realpath(urlsplit(container).path)
+    real = os.path.realpath(path)
+    if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
+        raise VirtualRefRefusedError(
+            f"virtual ref {url!r} refused: it resolves (through a symlink) to {real!r}, outside "
+            f"the container {container!r}"
+        )
+
+
+def _unwrap(outcome: bytes | BaseException) -> bytes:
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+def file_checksum(target: str | Mapping[str, Any], **storage_options: Any) -> str:
+    """The checksum a virtual ref records for its target file.
+
+    ``target`` is a URL (its fsspec ``info`` is fetched with ``storage_options``) or an
+    ``info`` mapping. An ETag when the store has one, else the modification time and size.
+
+    >>> file_checksum({"size": 10, "mtime": 1700000000.5})
+    'mtime:1700000000.5:10'
+    """
+    info = _info(target, storage_options) if isinstance(target, str) else target
     etag = info.get("ETag") or info.get("etag")
     if etag:
         return f"etag:{str(etag).strip(chr(34))}"
     mtime = info.get("mtime") or info.get("LastModified") or info.get("created")
     return f"mtime:{mtime}:{info.get('size')}"
+
+
+def _info(url: str, storage_options: Mapping[str, Any]) -> Mapping[str, Any]:
+    import fsspec.core
+
+    fs, path = fsspec.core.url_to_fs(url, **storage_options)
+    try:
+        info: Mapping[str, Any] = fs.info(path)
+    except FileNotFoundError:
+        raise NotFoundError(f"{url!r} does not exist") from None
+    return info
+
+
+__all__ = [
+    "Authorization",
+    "CoalesceSettings",
+    "SourceChangedError",
+    "VirtualReader",
+    "VirtualRefRefusedError",
+    "VirtualRequest",
+    "file_checksum",
+    "normalize_prefix",
+    "resolve_url",
+]

@@ -16,7 +16,7 @@ import pyarrow as pa
 from .changes import ChangeSet
 from .format.coords import decode_coords
 from .format.ids import new_object_id
-from .format.manifest import encode_manifest, merge_refs
+from .format.manifest import attach_stats, encode_manifest, merge_refs
 from .format.structure import ManifestRef, Node, encode_structure, make_node
 from .format.txlog import NodeChange, chunk_changes, encode_txlog
 from .snapshot import SnapshotView, attributes_key, manifest_key, structure_key, txlog_key
@@ -57,7 +57,11 @@ def build_snapshot(
     changes: ChangeSet,
     manifest_config: ManifestConfig,
     pool: ThreadPoolExecutor,
+    chunk_stats: Mapping[int, pa.Table] | None = None,
 ) -> BuiltSnapshot:
+    """Write a snapshot's files; ``chunk_stats`` (node id -> statistics of chunks written in
+    the session, see ``format.manifest.attach_stats``) become ``stat_*`` manifest columns."""
+    stats = chunk_stats or {}
     nodes = current_nodes(base, changes)
     arrays = {n.id: n for n in nodes.values() if n.type == "array"}
     base_arrays = {n.id: n for n in base.nodes.values() if n.type == "array"}
@@ -66,22 +70,22 @@ def build_snapshot(
     # Attached and split arrays get manifests of their own, outside the set packing; to the
     # plan they look deleted, so any manifest they shared is rewritten without them.
     own = {i for i in changes.attached if i in arrays} | set(splits)
-    merged = _merge_modified(base, changes, arrays, modified - own)
+    merged = _merge_modified(base, changes, arrays, modified - own, stats)
     created = frozenset(n.id for n in changes.created.values() if n.type == "array")
 
-    stats = {
+    counts = {
         i: ArrayStats(i, n.path, n.meta.metadata_chunks if n.meta else 0, _ref_count(i, n, merged))
         for i, n in arrays.items()
         if i not in own
     }
     existing = _existing_manifests(base_arrays.values())
-    plan = plan_manifests(stats, existing, modified, manifest_config, created - own)
+    plan = plan_manifests(counts, existing, modified, manifest_config, created - own)
 
     written: list[str] = []
     new_refs = _write_manifests(storage, pool, plan.new_manifests, arrays, base, merged, written)
     for node_id, spec in splits.items():
         new_refs[node_id] = _write_split_array(
-            storage, pool, base, changes, arrays[node_id], spec, written
+            storage, pool, base, changes, arrays[node_id], spec, written, stats.get(node_id)
         )
     for node_id in own - set(splits):
         new_refs[node_id] = list(changes.attached[node_id])
@@ -137,7 +141,11 @@ def _modified_arrays(
 
 
 def _merge_modified(
-    base: SnapshotView, changes: ChangeSet, arrays: Mapping[int, Node], modified: set[int]
+    base: SnapshotView,
+    changes: ChangeSet,
+    arrays: Mapping[int, Node],
+    modified: set[int],
+    stats: Mapping[int, pa.Table],
 ) -> dict[int, pa.Table]:
     merged: dict[int, pa.Table] = {}
     for node_id in modified:
@@ -150,7 +158,9 @@ def _merge_modified(
             layers.extend(base.array_refs(base_node))
         array_changes = changes.chunks.get(node_id)
         if array_changes is not None:
-            layers.extend(array_changes.layers(node_id))
+            layers.extend(
+                attach_stats(t, stats.get(node_id)) for t in array_changes.layers(node_id)
+            )
         refs = merge_refs(layers, node.meta.ndim)
         merged[node_id] = _within_grid(refs, node)
     return merged
@@ -306,6 +316,7 @@ def _write_split_array(
     node: Node,
     spec: SplitSpec,
     written: list[str],
+    stats: pa.Table | None = None,
 ) -> list[ManifestRef]:
     """Rewrite only the pieces the session touched; keep the others' manifests as they are."""
     assert node.meta is not None
@@ -313,7 +324,11 @@ def _write_split_array(
     base_node = base.nodes.get(node.path)
     pieces = base_node.manifests if base_node is not None and base_node.id == node.id else ()
     array_changes = changes.chunks.get(node.id)
-    layers = array_changes.layers(node.id) if array_changes is not None else []
+    layers = (
+        [attach_stats(t, stats) for t in array_changes.layers(node.id)]
+        if array_changes is not None
+        else []
+    )
     changed = decode_coords(array_changes.changed_coords(), ndim) if array_changes else None
     touched = set() if changed is None else {spec.piece_of(int(i)) for i in changed[:, axis]}
     grid_end = node.meta.grid_shape[axis]
@@ -325,8 +340,7 @@ def _write_split_array(
 
     if changes.repack_all or not all(aligned(m) for m in pieces):
         # Laid out some other way before (unsplit, other piece size, or shrunk): re-cut it all.
-        touched |= {spec.piece_of(m.extent[axis][0]) for m in pieces if m.extent}
-        touched |= {spec.piece_of(m.extent[axis][1] - 1) for m in pieces if m.extent}
+        touched |= {p for m in pieces if m.extent for p in _pieces_of(spec, m.extent[axis])}
     kept = [m for m in pieces if aligned(m) and spec.piece_of(m.extent[axis][0]) not in touched]
     rewritten = [m for m in pieces if m not in kept]
 
@@ -353,6 +367,11 @@ def _write_split_array(
 
     new = [r for r in pool.map(write_piece, sorted(touched)) if r is not None]
     return sorted([*kept, *new], key=lambda m: m.extent)
+
+
+def _pieces_of(spec: SplitSpec, extent: tuple[int, int]) -> range:
+    """Every piece an extent ``[lo, hi)`` along the split axis overlaps, not just its ends."""
+    return range(spec.piece_of(extent[0]), spec.piece_of(extent[1] - 1) + 1)
 
 
 def _axis_index(refs: pa.Table, ndim: int, axis: int) -> np.ndarray:

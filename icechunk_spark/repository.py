@@ -69,7 +69,11 @@ class Repository:
         self.pool = ThreadPoolExecutor(
             max_workers=self.config.max_concurrent_writes, thread_name_prefix="icechunk-io"
         )
-        self.virtual_reader = VirtualReader(self.config.virtual_chunk_containers, self._authorized)
+        self.virtual_reader = VirtualReader(
+            self.config.virtual_chunk_containers,
+            self._authorized,
+            verify_checksums=self.config.verify_virtual_checksums,
+        )
         self._views: dict[str, SnapshotView] = {}
         self.preload_thread: threading.Thread | None = None
         self._views_lock = threading.Lock()

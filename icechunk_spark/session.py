@@ -29,10 +29,18 @@ from .errors import (
 from .flush import BuiltSnapshot, build_snapshot, current_nodes
 from .format.coords import decode_coords, encode_coord, encode_coords
 from .format.ids import new_node_id, new_object_id
-from .format.manifest import conform_refs, merge_refs
+from .format.manifest import attach_stats, conform_refs, merge_refs
 from .format.state import Ref, SnapshotInfo, State
 from .format.structure import ManifestRef, Node, make_node
 from .format.txlog import decode_txlog
+from .inventory import (
+    ChunkStats,
+    StatsLog,
+    chunk_codec,
+    chunk_values_stats,
+    encoded_chunk_stats,
+    stats_enabled,
+)
 from .refs import update_state
 from .snapshot import ChunkRef, SnapshotView, chunk_key, txlog_key
 
@@ -92,6 +100,7 @@ class Session:
         self.branch = branch
         self.read_only = read_only
         self._changes = ChangeSet()
+        self._stats = StatsLog()  # chunk statistics of this session's writes (config-selected)
         self._committed = False
 
     # -- identity -------------------------------------------------------------------------
@@ -241,14 +250,37 @@ class Session:
         node = self._array(path)
         coord = self._check_coord(node, coord)
         data = bytes(data)
+        stats = None
+        if stats_enabled(self._repo.config.chunk_statistics, node.path):
+            stats = encoded_chunk_stats(node, coord, data)
+        self._store_chunk(node, coord, data, stats)
+
+    def set_chunk_values(self, path: str, coord: Sequence[int], values: np.ndarray) -> None:
+        """Encode a full chunk of values with the array's codecs and store it (statistics
+        come from the values, no decoding)."""
+        self._require_writable()
+        node = self._array(path)
+        coord = self._check_coord(node, coord)
+        data = chunk_codec(node.zarr_json).encode(np.asarray(values))
+        stats = None
+        if stats_enabled(self._repo.config.chunk_statistics, node.path):
+            stats = chunk_values_stats(node, coord, np.asarray(values))
+        self._store_chunk(node, coord, data, stats)
+
+    def _store_chunk(
+        self, node: Node, coord: tuple[int, ...], data: bytes, stats: ChunkStats | None
+    ) -> None:
         if len(data) <= self._repo.config.inline_chunk_threshold_bytes:
             ref = ChunkRef("inline", inline_data=data, length=len(data))
         else:
             chunk_id = new_object_id()
             self._repo.storage.put(chunk_key(chunk_id), data)
             ref = ChunkRef("native", chunk_id=chunk_id, offset=0, length=len(data))
+        key = encode_coord(coord)
         with self._changes.lock:
-            self._changes.array_changes(node).set(encode_coord(coord), ref)
+            self._changes.array_changes(node).set(key, ref)
+            if stats is not None:
+                self._stats.record(node.id, key, ref.chunk_id, ref.inline_data, stats)
 
     def set_virtual_ref(
         self,
@@ -364,8 +396,21 @@ class Session:
         with self._changes.lock:
             changes = self._changes.chunks.get(node.id)
             if changes is not None:
-                layers.extend(changes.layers(node.id))
+                stats = self._stats.table(node.id)
+                layers.extend(attach_stats(t, stats) for t in changes.layers(node.id))
         return merge_refs(layers, node.meta.ndim)
+
+    def chunk_inventory(self, path: str) -> np.ndarray:
+        """Which chunks the array has, as a boolean array over its chunk grid."""
+        from .inventory import chunk_inventory
+
+        return chunk_inventory(self, path)
+
+    def chunk_stats(self, path: str) -> pa.Table:
+        """Coords and ``stat_*`` columns of the array's chunks (see ``inventory``)."""
+        from .inventory import chunk_stats
+
+        return chunk_stats(self, path)
 
     def _check_coord(self, node: Node, coord: Sequence[int]) -> tuple[int, ...]:
         assert node.meta is not None
@@ -441,6 +486,7 @@ class Session:
     def discard_changes(self) -> None:
         """Forget every uncommitted change (chunk files already written become garbage)."""
         self._changes = ChangeSet()
+        self._stats = StatsLog()
 
     def commit(
         self,
@@ -477,6 +523,7 @@ class Session:
                 self._changes,
                 self._repo.manifest_config,
                 self._repo.pool,
+                self._stats.tables(),
             )
             try:
                 update_state(

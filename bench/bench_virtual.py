@@ -1,0 +1,317 @@
+"""Virtual-ref benchmarks (issue: virtual refs, kerchunk import and the chunk inventory).
+
+    .venv/bin/python bench/bench_virtual.py [--refs 1000000] [--chunks 1000] [--icechunk]
+
+1. Import N virtual refs through the bulk path (``Session.set_chunk_refs``) and commit, on
+   local disk, in a fresh subprocess: seconds to set the refs and to commit, manifest bytes
+   per ref, peak RSS, and a cold lookup of one ref (a new Repository). Refs point into 100
+   files (10,000 chunks each, random lengths of 20-40 kB), with a checksum per file (and once
+   without). ``--icechunk`` runs the same refs through Icechunk (``bench/.venv312``) too.
+2. Read M adjacent virtual chunks (4 KiB each) of one local file and count the requests
+   fsspec serves (``cat_file`` calls): ``VirtualReader.read_many``; 16 threads of single
+   reads (the 2 ms batching window); zarr through ``session.store``; N concurrent
+   ``read_async`` coroutines (what an async store could do); and one read at a time
+   (nothing to coalesce: the baseline). Target: <= 10 requests for 1,000 chunks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np
+from fsspec.implementations.local import LocalFileSystem
+
+from bench.common import peak_rss_mb, print_table, timed
+from icechunk_spark import Repository
+from icechunk_spark.containers import VirtualRequest
+
+CELLS = 1000
+CONTAINER = "file:///data/"
+ICECHUNK_PYTHON = Path(__file__).resolve().parent / ".venv312" / "bin" / "python"
+
+
+def virtual_refs(refs: int, seed: int = 0) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+    """Coords (steps x CELLS grid), URLs, offsets, lengths: one file per 10 steps."""
+    steps = refs // CELLS
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(20_000, 40_000, steps * CELLS).astype(np.uint64)
+    step = np.repeat(np.arange(steps), CELLS)
+    file_no = step // 10
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    offsets = starts - starts[np.searchsorted(file_no, file_no, side="left")]
+    urls = [f"{CONTAINER}run/day-{f}.nc" for f in file_no.tolist()]
+    coords = np.stack(np.unravel_index(np.arange(steps * CELLS), (steps, CELLS)), axis=1)
+    return coords, urls, offsets.astype(np.uint64), lengths
+
+
+def import_refs(refs: int, checksums: bool) -> dict[str, float]:
+    """Runs in its own process (clean peak RSS): build refs, time set_chunk_refs + commit."""
+    import pyarrow as pa
+
+    root = Path(tempfile.mkdtemp(prefix="bench-virtual-"))
+    repo = Repository.create(root.as_uri(), config={"virtual_chunk_containers": {CONTAINER: {}}})
+    coords, urls, offsets, lengths = virtual_refs(refs)
+    table: dict[str, Any] = {
+        "coord": coords,
+        "virtual_path": pa.array(urls, pa.string()),
+        "offset": offsets,
+        "length": lengths,
+    }
+    if checksums:  # one checksum per file, as the importers record them
+        table["checksum"] = pa.array([f"mtime:1700000000.0:{hash(u) % 10**9}" for u in urls])
+    del urls
+    steps = refs // CELLS
+    session = repo.writable_session()
+    session.create_group("/")
+    session.create_array("/var", (steps, CELLS), (1, 1), "float32", dimension_names=["t", "c"])
+    set_s, _ = timed(lambda: session.set_chunk_refs("/var", table))
+    commit_s, _ = timed(lambda: session.commit("a million virtual refs"))
+    manifest_bytes = sum(i.size for i in repo.storage.list("m/"))
+
+    def cold() -> Any:
+        fresh = Repository.open(root.as_uri())
+        return fresh.readonly_session().get_chunk_ref("/var", (steps // 2, 7))
+
+    cold_s, ref = timed(cold)
+    assert ref is not None and ref.kind == "virtual"
+    return {
+        "set_refs_s": set_s,
+        "commit_s": commit_s,
+        "bytes_per_ref": manifest_bytes / refs,
+        "cold_lookup_ms": cold_s * 1000,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
+ICECHUNK_SCRIPT = """
+import json, sys, tempfile, time
+from pathlib import Path
+import numpy as np, icechunk as ic, zarr
+refs, CELLS, CONTAINER = int(sys.argv[1]), 1000, "file:///data/"
+steps = refs // CELLS
+rng = np.random.default_rng(0)
+lengths = rng.integers(20_000, 40_000, steps * CELLS).astype(np.uint64)
+step = np.repeat(np.arange(steps), CELLS)
+file_no = step // 10
+ends = np.cumsum(lengths); starts = ends - lengths
+offsets = (starts - starts[np.searchsorted(file_no, file_no, side="left")]).astype(np.uint64)
+urls = [f"{CONTAINER}run/day-{f}.nc" for f in file_no.tolist()]
+path = tempfile.mkdtemp(prefix="bench-icechunk-virtual-")
+cfg = ic.RepositoryConfig.default()
+store = ic.local_filesystem_store("/data")
+cfg.set_virtual_chunk_container(ic.VirtualChunkContainer(CONTAINER, store))
+repo = ic.Repository.create(ic.local_filesystem_storage(path), cfg)
+session = repo.writable_session("main")
+root = zarr.group(session.store)
+root.create_array("var", shape=(steps, CELLS), chunks=(1, 1), dtype="float32",
+                  dimension_names=["t", "c"])
+t0 = time.perf_counter()
+session.store.set_virtual_refs_arr("var", (steps, CELLS), urls, offsets, lengths,
+                                   validate_containers=False)
+set_s = time.perf_counter() - t0
+t0 = time.perf_counter()
+session.commit("a million virtual refs")
+commit_s = time.perf_counter() - t0
+size = sum(p.stat().st_size for p in Path(path, "manifests").rglob("*") if p.is_file())
+import resource
+print(json.dumps({"set_refs_s": set_s, "commit_s": commit_s, "bytes_per_ref": size / refs,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def icechunk_import(refs: int) -> dict[str, float] | None:
+    if not ICECHUNK_PYTHON.exists():
+        return None
+    out = subprocess.run(
+        [str(ICECHUNK_PYTHON), "-c", ICECHUNK_SCRIPT, str(refs)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def in_subprocess(refs: int, checksums: bool) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child-import", str(refs)]
+        + (["--checksums"] if checksums else []),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+# -- coalesced reads ----------------------------------------------------------------------
+class RequestCounter:
+    """Counts ranged requests served by the local filesystem (one cat_file = one request)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+        self._original = LocalFileSystem.cat_file
+
+    def __enter__(self) -> RequestCounter:
+        original, counter = self._original, self
+
+        def counting(fs: Any, path: str, start: Any = None, end: Any = None, **kw: Any) -> Any:
+            with counter._lock:
+                counter.count += 1
+            return original(fs, path, start=start, end=end, **kw)
+
+        LocalFileSystem.cat_file = counting
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        LocalFileSystem.cat_file = self._original
+
+
+def read_adjacent(chunks: int, size: int = 4096) -> list[list[Any]]:
+    import warnings
+
+    import zarr
+
+    directory = Path(tempfile.mkdtemp(prefix="bench-virtual-read-"))
+    data_dir = directory / "data"
+    data_dir.mkdir()
+    blob = np.random.default_rng(0).integers(0, 255, chunks * size, dtype=np.uint8).tobytes()
+    (data_dir / "adjacent.bin").write_bytes(blob)
+    container = data_dir.as_uri() + "/"
+    url = container + "adjacent.bin"
+    repo = Repository.create(
+        (directory / "repo").as_uri(),
+        config={"virtual_chunk_containers": {container: {}}},
+        authorize_virtual=[container],
+    )
+    session = repo.writable_session()
+    session.create_group("/")
+    session.create_array("/a", (chunks * size,), (size,), "uint8")
+    session.set_chunk_refs(
+        "/a",
+        {
+            "coord": np.arange(chunks).reshape(-1, 1),
+            "virtual_path": [url] * chunks,
+            "offset": np.arange(chunks) * size,
+            "length": np.full(chunks, size),
+        },
+    )
+    session.commit("adjacent chunks")
+    reader = repo.readonly_session()
+    refs = [reader.get_chunk_ref("/a", (i,)) for i in range(chunks)]
+    requests = [VirtualRequest(url, r.offset, r.length, r.checksum) for r in refs if r]
+
+    def read_many() -> bytes:
+        return b"".join(repo.virtual_reader.read_many(requests))
+
+    def threads() -> bytes:
+        with ThreadPoolExecutor(16) as pool:
+            return b"".join(pool.map(lambda i: reader.get_chunk("/a", (i,)) or b"", range(chunks)))
+
+    def through_zarr() -> bytes:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return bytes(np.asarray(zarr.open_array(reader.store, path="a", mode="r")[:]))
+
+    def read_async() -> bytes:
+        import asyncio
+
+        async def gather() -> list[bytes]:
+            virtual = repo.virtual_reader
+            reads = [virtual.read_async(r.url, r.offset, r.length, r.checksum) for r in requests]
+            return list(await asyncio.gather(*reads))
+
+        return b"".join(asyncio.run(gather()))
+
+    def one_at_a_time() -> bytes:
+        return b"".join(reader.get_chunk("/a", (i,)) or b"" for i in range(chunks))
+
+    rows = []
+    for name, fn in [
+        ("read_many (batch API)", read_many),
+        ("16 threads, single reads", threads),
+        ("zarr via session.store", through_zarr),
+        ("read_async x N (an async store)", read_async),
+        ("one at a time", one_at_a_time),
+    ]:
+        with RequestCounter() as counter:
+            seconds, data = timed(fn)
+        assert data == blob, name
+        rows.append([name, chunks, counter.count, seconds])
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--refs", type=int, default=1_000_000)
+    parser.add_argument("--chunks", type=int, default=1000)
+    parser.add_argument("--icechunk", action="store_true", help="also run Icechunk (py3.12)")
+    parser.add_argument("--child-import", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--checksums", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child_import:
+        print(json.dumps(import_refs(args.child_import, args.checksums)))
+        return
+    rows = []
+    for checksums in (True, False):
+        r = in_subprocess(args.refs, checksums)
+        label = "icechunk-spark" + (" (with checksums)" if checksums else "")
+        rows.append(
+            [
+                label,
+                args.refs,
+                r["set_refs_s"],
+                r["commit_s"],
+                r["bytes_per_ref"],
+                r["cold_lookup_ms"],
+                r["peak_rss_mb"],
+            ]
+        )
+    if args.icechunk:
+        r = icechunk_import(args.refs) or {}
+        if r:
+            rows.append(
+                [
+                    "Icechunk 2.x (no checksums)",
+                    args.refs,
+                    r["set_refs_s"],
+                    r["commit_s"],
+                    r["bytes_per_ref"],
+                    "-",
+                    r["peak_rss_mb"],
+                ]
+            )
+    print_table(
+        "Import virtual refs via the bulk path, local disk",
+        [
+            "system",
+            "refs",
+            "set refs s",
+            "commit s",
+            "manifest B/ref",
+            "cold lookup ms",
+            "peak RSS MB",
+        ],
+        rows,
+    )
+    print_table(
+        "Read adjacent virtual chunks of one file (target: <= 10 requests for 1,000)",
+        ["path", "chunks", "requests", "seconds"],
+        read_adjacent(args.chunks),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""Front doors: import kerchunk reference sets, or scan NetCDF4/HDF5 files, into a session."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..containers import resolve_url
+from ..errors import InvalidInputError
+from .combine import DEFAULT_MATERIALIZE_MAX_BYTES, Fetch, concat_reference_sets
+from .references import ReferenceSet, parse_json_refs, parse_parquet_refs
+from .writer import ImportSummary, absolute_url, container_options, resolve_all, write_reference_set
+
+if TYPE_CHECKING:
+    from ..session import Session
+
+KerchunkRefs = Mapping[str, Any] | str | Path
+
+
+def import_kerchunk(
+    session: Session,
+    refs: KerchunkRefs,
+    group: str = "/",
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    checksums: bool = True,
+    overwrite: bool = False,
+    remote_protocol: str | None = None,
+) -> ImportSummary:
+    """Import a kerchunk reference set under ``group`` of a writable session.
+
+    ``refs``: a loaded JSON reference set (``{"version": 1, "refs": {...}}`` or a flat
+    dict), the URL/path of a JSON file, or the URL/path of a Parquet reference directory
+    (``kerchunk.df.refs_to_dataframe`` output). ``storage_options`` are used to read the
+    reference set and to stat the referenced files (for checksums and whole-file sizes).
+    The caller commits.
+
+    >>> import_kerchunk(session, "refs.json", group="/era5")   # doctest: +SKIP
+    >>> session.commit("import ERA5 references")               # doctest: +SKIP
+
+    Raises:
+        VirtualRefRefusedError: a reference points outside the virtual chunk containers.
+        AlreadyExistsError: an imported array exists already (``overwrite=True`` replaces it).
+        InvalidInputError: the reference set is malformed or uses unsupported features.
+    """
+    refset = load_reference_set(refs, storage_options)
+    return write_reference_set(
+        session,
+        refset,
+        group,
+        storage_options=storage_options,
+        checksums=checksums,
+        overwrite=overwrite,
+        remote_protocol=remote_protocol,
+    )
+
+
+def load_reference_set(
+    refs: KerchunkRefs, storage_options: Mapping[str, Any] | None = None
+) -> ReferenceSet:
+    """Parse a kerchunk reference set given as a mapping, a JSON file, or a Parquet directory."""
+    if isinstance(refs, Mapping):
+        return parse_json_refs(refs)
+    import fsspec.core
+
+    url = str(refs)
+    fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+    if fs.isdir(path):
+        return parse_parquet_refs(url, storage_options)
+    loaded = json.loads(fs.cat_file(path))
+    if not isinstance(loaded, dict):
+        raise InvalidInputError(f"{url!r} is not a kerchunk JSON reference set")
+    return parse_json_refs(loaded)
+
+
+def scan_netcdf(
+    url: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    inline_threshold: int = 500,
+) -> dict[str, Any]:
+    """kerchunk's reference set of one NetCDF4/HDF5 file (``kerchunk.hdf.SingleHdf5ToZarr``).
+
+    Chunks smaller than ``inline_threshold`` bytes are copied into the references.
+    """
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    scanner = SingleHdf5ToZarr(
+        url,
+        storage_options=dict(storage_options or {}),
+        inline_threshold=inline_threshold,
+        error="raise",
+    )
+    try:
+        refs: dict[str, Any] = scanner.translate()
+    finally:
+        scanner.close()
+    return refs
+
+
+def import_netcdf(
+    session: Session,
+    urls: Sequence[str] | str,
+    concat_dim: str | None = "time",
+    group: str = "/",
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    checksums: bool = True,
+    overwrite: bool = False,
+    inline_threshold: int = 500,
+    materialize_max_bytes: int = DEFAULT_MATERIALIZE_MAX_BYTES,
+    max_workers: int = 4,
+) -> ImportSummary:
+    """Scan NetCDF4/HDF5 files and import them as one virtual dataset under ``group``.
+
+    Several files are concatenated along ``concat_dim`` in the order given (see
+    ``combine``): data stays in the files (virtual refs), the coordinate of ``concat_dim`` is
+    copied (concatenated values). Everything lands in the session: commit once.
+
+    >>> import_netcdf(session, [f"file:///data/tas_2022{m:02d}.nc" for m in range(1, 13)],
+    ...               concat_dim="time")                              # doctest: +SKIP
+    >>> session.commit("tas 2022, virtual")                           # doctest: +SKIP
+
+    Raises:
+        VirtualRefRefusedError: a file lies outside the virtual chunk containers (checked
+            before any file is opened).
+        InvalidInputError: the files cannot be concatenated along ``concat_dim``.
+    """
+    files = [urls] if isinstance(urls, str) else list(urls)
+    if not files:
+        raise InvalidInputError("import_netcdf needs at least one file")
+    containers = session.repository.config.virtual_chunk_containers
+    absolute = [resolve_url(absolute_url(u), containers)[0] for u in files]  # refuse first
+
+    def scan(url: str) -> ReferenceSet:
+        refs = scan_netcdf(url, storage_options=storage_options, inline_threshold=inline_threshold)
+        return parse_json_refs(refs)
+
+    # h5py holds a global lock, so threads mostly overlap the I/O of remote files.
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(absolute)))) as pool:
+        sets = list(pool.map(scan, absolute))
+    for refset in sets:
+        resolve_all(refset, containers, None)  # kerchunk might name other files: refuse them
+    if concat_dim is None:
+        if len(sets) > 1:
+            raise InvalidInputError("several files need a concat_dim to combine them along")
+        combined = sets[0]
+    else:
+        combined = concat_reference_sets(
+            sets,
+            concat_dim,
+            _fetcher(containers, storage_options),
+            materialize_max_bytes=materialize_max_bytes,
+        )
+    return write_reference_set(
+        session,
+        combined,
+        group,
+        storage_options=storage_options,
+        checksums=checksums,
+        overwrite=overwrite,
+    )
+
+
+def _fetcher(
+    containers: Mapping[str, Mapping[str, Any]], storage_options: Mapping[str, Any] | None
+) -> Fetch:
+    """Reads bytes of (already container-checked) URLs for values that get materialized."""
+    import fsspec.core
+
+    filesystems: dict[str, Any] = {}
+    lock = threading.Lock()
+
+    def fetch(url: str, offset: int, length: int | None) -> bytes:
+        absolute = resolve_url(absolute_url(url), containers)[0]
+        scheme = absolute.partition("://")[0]
+        with lock:
+            if scheme not in filesystems:
+                options = {**container_options(absolute, containers), **dict(storage_options or {})}
+                filesystems[scheme] = fsspec.core.url_to_fs(absolute, **options)[0]
+            fs = filesystems[scheme]
+        end = None if length is None else offset + length
+        return bytes(fs.cat_file(absolute, start=offset, end=end))
+
+    return fetch

@@ -1,0 +1,248 @@
+"""Writing a parsed reference set into a session: groups, arrays, and their chunk refs.
+
+Every URL is checked against the repository's virtual chunk containers *before* any I/O
+(so an import never even stats a file outside them). Then each distinct file is asked once
+for its fsspec ``info``: its checksum goes into every ref to it (so reads notice a changed
+file) and its size completes whole-file ``[url]`` refs. Virtual refs go in through the bulk
+``Session.set_chunk_refs`` path; inline data through ``Session.set_chunk`` (stored inline or
+as a chunk file by the repository's inline threshold, with statistics when configured).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..containers import file_checksum, resolve_url
+from ..errors import InvalidInputError, NotFoundError
+from ..session import normalize_path
+from .references import ArrayRefs, ReferenceSet
+
+if TYPE_CHECKING:
+    from ..session import Session
+
+
+@dataclass(frozen=True, slots=True)
+class ImportSummary:
+    """What an import wrote into the session (nothing is committed yet)."""
+
+    arrays: tuple[str, ...]
+    groups: tuple[str, ...]
+    virtual_refs: int
+    inline_refs: int
+    files: int
+
+
+@dataclass(frozen=True, slots=True)
+class _FileInfo:
+    checksum: str
+    size: int
+
+
+def absolute_url(url: str, remote_protocol: str | None = None) -> str:
+    """A kerchunk URL with a scheme: ``/x.nc`` -> ``file:///x.nc``; ``bucket/k`` with
+    ``remote_protocol="s3"`` -> ``s3://bucket/k``; container-relative URLs stay relative."""
+    if "://" in url:
+        return url
+    if remote_protocol and remote_protocol != "file":
+        return f"{remote_protocol}://{url.lstrip('/')}"
+    if url.startswith("/"):
+        return f"file://{url}"
+    return url
+
+
+def write_reference_set(
+    session: Session,
+    refset: ReferenceSet,
+    group: str = "/",
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    checksums: bool = True,
+    overwrite: bool = False,
+    remote_protocol: str | None = None,
+    max_workers: int = 8,
+) -> ImportSummary:
+    """Write ``refset`` under ``group`` of a writable session (the caller commits).
+
+    Raises:
+        VirtualRefRefusedError: a URL lies outside the repository's virtual chunk containers.
+        AlreadyExistsError: an array exists at a target path (pass ``overwrite=True``).
+        NotFoundError: a referenced file does not exist (when its info is needed).
+    """
+    base = normalize_path(group)
+    containers = session.repository.config.virtual_chunk_containers
+    resolved = resolve_all(refset, containers, remote_protocol)
+    need_info = checksums or _has_whole_file_refs(refset)
+    infos = (
+        _file_infos(sorted(set(resolved.values())), containers, storage_options, max_workers)
+        if need_info
+        else {}
+    )
+    groups = _write_groups(session, refset, base)
+    virtual = inline = 0
+    arrays = []
+    for rel, array in sorted(refset.arrays.items()):
+        path = _join(base, rel)
+        _create_array(session, path, array, overwrite)
+        v, i = _write_refs(session, path, array, resolved, infos, checksums)
+        virtual, inline = virtual + v, inline + i
+        arrays.append(path)
+    return ImportSummary(tuple(arrays), tuple(groups), virtual, inline, len(set(resolved.values())))
+
+
+def _join(base: str, rel: str) -> str:
+    return normalize_path(f"{base}/{rel}") if rel else base
+
+
+def resolve_all(
+    refset: ReferenceSet, containers: Mapping[str, Any], remote_protocol: str | None
+) -> dict[str, str]:
+    """Every distinct URL of the set -> its absolute URL inside a container (or refusal)."""
+    out: dict[str, str] = {}
+    for array in refset.arrays.values():
+        urls = array.refs.column("virtual_path")
+        if urls.null_count == len(urls):
+            continue
+        for url in pc.unique(urls.drop_null()).to_pylist():
+            if url not in out:
+                out[url] = resolve_url(absolute_url(url, remote_protocol), containers)[0]
+    return out
+
+
+def _has_whole_file_refs(refset: ReferenceSet) -> bool:
+    for array in refset.arrays.values():
+        refs = array.refs
+        whole = pc.and_(pc.is_valid(refs.column("virtual_path")), pc.is_null(refs.column("length")))
+        if pc.any(whole).as_py():
+            return True
+    return False
+
+
+def _file_infos(
+    urls: list[str],
+    containers: Mapping[str, Mapping[str, Any]],
+    storage_options: Mapping[str, Any] | None,
+    max_workers: int,
+) -> dict[str, _FileInfo]:
+    def one(url: str) -> _FileInfo:
+        import fsspec.core
+
+        options = {**container_options(url, containers), **dict(storage_options or {})}
+        fs, path = fsspec.core.url_to_fs(url, **options)
+        try:
+            info = fs.info(path)
+        except FileNotFoundError:
+            raise NotFoundError(f"referenced file {url!r} does not exist") from None
+        return _FileInfo(file_checksum(info), int(info.get("size") or 0))
+
+    if len(urls) <= 1:
+        return {u: one(u) for u in urls}
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(urls)))) as pool:
+        return dict(zip(urls, pool.map(one, urls), strict=True))
+
+
+def container_options(url: str, containers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    from ..containers import normalize_prefix
+
+    matches = [(normalize_prefix(p), dict(o)) for p, o in containers.items()]
+    matches = [m for m in matches if url.startswith(m[0])]
+    return max(matches, key=lambda m: len(m[0]))[1] if matches else {}
+
+
+def _write_groups(session: Session, refset: ReferenceSet, base: str) -> list[str]:
+    written = []
+    _ensure_parents(session, base)
+    for rel, doc in sorted(refset.groups.items()):
+        path = _join(base, rel)
+        try:
+            existing = session.get_node(path)
+        except NotFoundError:
+            session.set_node_metadata(path, json.dumps(doc).encode(), create_only=True)
+            written.append(path)
+            continue
+        if existing.type != "group":
+            raise InvalidInputError(f"cannot import a group at {path!r}: an array is there")
+        attributes = dict(doc.get("attributes") or {})
+        if attributes:  # keep the existing group, add the imported attributes to it
+            current = json.loads(existing.zarr_json)
+            current["attributes"] = {**(current.get("attributes") or {}), **attributes}
+            session.set_node_metadata(path, json.dumps(current).encode())
+        written.append(path)
+    return written
+
+
+def _ensure_parents(session: Session, path: str) -> None:
+    parts = [p for p in path.split("/") if p]
+    for depth in range(len(parts)):
+        parent = "/" + "/".join(parts[:depth])
+        try:
+            session.get_node(parent)
+        except NotFoundError:
+            session.create_group(parent)
+
+
+def _create_array(session: Session, path: str, array: ArrayRefs, overwrite: bool) -> None:
+    if overwrite:
+        try:
+            session.get_node(path)
+        except NotFoundError:
+            pass
+        else:
+            session.delete_node(path)
+    session.set_node_metadata(path, json.dumps(array.doc).encode(), create_only=True)
+
+
+def _write_refs(
+    session: Session,
+    path: str,
+    array: ArrayRefs,
+    resolved: Mapping[str, str],
+    infos: Mapping[str, _FileInfo],
+    checksums: bool,
+) -> tuple[int, int]:
+    refs = array.refs
+    is_virtual = pc.is_valid(refs.column("virtual_path")).to_numpy(zero_copy_only=False)
+    virtual = int(is_virtual.sum())
+    if virtual:
+        session.set_chunk_refs(
+            path, _virtual_table(array, np.asarray(is_virtual), resolved, infos, checksums)
+        )
+    inline_rows = np.flatnonzero(~np.asarray(is_virtual, dtype=bool))
+    data = refs.column("inline_data")
+    for row in inline_rows:
+        session.set_chunk(path, tuple(int(c) for c in array.coords[row]), data[int(row)].as_py())
+    return virtual, len(inline_rows)
+
+
+def _virtual_table(
+    array: ArrayRefs,
+    mask: np.ndarray,
+    resolved: Mapping[str, str],
+    infos: Mapping[str, _FileInfo],
+    checksums: bool,
+) -> dict[str, Any]:
+    refs = array.refs.filter(pa.array(mask))
+    originals = list(resolved)
+    index = pc.index_in(refs.column("virtual_path"), value_set=pa.array(originals, pa.string()))
+    urls = pa.array([resolved[u] for u in originals], pa.string()).take(index)
+    lengths = refs.column("length")
+    if lengths.null_count:  # whole-file refs: the file's size
+        sizes = pa.array([infos[resolved[u]].size for u in originals], pa.int64()).take(index)
+        lengths = pc.coalesce(lengths, sizes)
+    table: dict[str, Any] = {
+        "coord": array.coords[mask],
+        "virtual_path": urls,
+        "offset": pc.cast(pc.fill_null(refs.column("offset"), 0), pa.uint64()),
+        "length": pc.cast(lengths, pa.uint64()),
+    }
+    if checksums:
+        sums = pa.array([infos[resolved[u]].checksum for u in originals], pa.string())
+        table["checksum"] = sums.take(index)
+    return table

@@ -1,0 +1,80 @@
+"""Writing realistic NetCDF4 test files: monthly daily-mean fields, compressed and chunked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import netCDF4
+import numpy as np
+import pandas as pd
+
+LAT = np.linspace(-85, 85, 18, dtype="f4")
+LON = np.linspace(0, 350, 36, dtype="f4")
+FILL = -9999.0
+
+
+@dataclass(frozen=True, slots=True)
+class MonthlyFiles:
+    directory: Path
+    paths: tuple[Path, ...]
+
+    @property
+    def urls(self) -> list[str]:
+        return [p.as_uri() for p in self.paths]
+
+    @property
+    def container(self) -> str:
+        return self.directory.as_uri() + "/"
+
+
+def write_monthly_files(directory: Path, year: int = 2022) -> MonthlyFiles:
+    rng = np.random.default_rng(year)
+    paths = []
+    for month in range(1, 13):
+        start = pd.Timestamp(year=year, month=month, day=1)
+        days = start.days_in_month
+        path = directory / f"tas_{year}{month:02d}.nc"
+        with netCDF4.Dataset(path, "w") as ds:
+            ds.title = "synthetic daily means"
+            ds.createDimension("time", None)
+            ds.createDimension("lat", LAT.size)
+            ds.createDimension("lon", LON.size)
+            time = ds.createVariable("time", "f8", ("time",))
+            time.units = f"days since {year}-01-01"
+            time.calendar = "standard"
+            time[:] = np.arange(days) + (start - pd.Timestamp(year=year, month=1, day=1)).days
+            lat = ds.createVariable("lat", "f4", ("lat",))
+            lat.units = "degrees_north"
+            lat[:] = LAT
+            lon = ds.createVariable("lon", "f4", ("lon",))
+            lon.units = "degrees_east"
+            lon[:] = LON
+            tas = ds.createVariable(
+                "tas",
+                "f4",
+                ("time", "lat", "lon"),
+                zlib=True,
+                complevel=4,
+                shuffle=True,
+                chunksizes=(1, 9, 18),
+                fill_value=FILL,
+            )
+            tas.units = "K"
+            tas.long_name = "near-surface air temperature"
+            values = (250 + 50 * rng.random((days, LAT.size, LON.size))).astype("f4")
+            values[0, 0, 0] = FILL  # one missing value per month
+            tas[:] = values
+            pr = ds.createVariable(
+                "pr",
+                "f8",
+                ("time", "lat", "lon"),
+                zlib=True,
+                complevel=6,
+                shuffle=False,
+                chunksizes=(1, 18, 36),
+            )
+            pr.units = "kg m-2 s-1"
+            pr[:] = rng.random((days, LAT.size, LON.size)) * 1e-4
+        paths.append(path)
+    return MonthlyFiles(directory, tuple(paths))
