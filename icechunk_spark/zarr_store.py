@@ -162,8 +162,9 @@ class IcechunkStore(Store):
             start, end = _byte_bounds(byte_range, len(node.zarr_json))
             data: bytes | None = node.zarr_json[start:end]
         elif isinstance(target, ChunkKey):
-            # Manifest loads and chunk reads may hit storage: a thread each, so reads overlap.
-            data = await asyncio.to_thread(_read_chunk, session, target, byte_range)
+            # Manifest loads may hit storage: in a thread, so concurrent gets overlap.
+            ref = await asyncio.to_thread(_chunk_ref_or_none, session, target)
+            data = None if ref is None else await _read_ref(session, ref, byte_range)
         else:
             return None
         return None if data is None else prototype.buffer.from_bytes(data)
@@ -417,12 +418,20 @@ def _chunk_ref_or_none(session: Session, key: ChunkKey) -> ChunkRef | None:
         return None  # array gone, or the coord left its (shrunk) grid
 
 
-def _read_chunk(session: Session, key: ChunkKey, byte_range: ByteRequest | None) -> bytes | None:
-    ref = _chunk_ref_or_none(session, key)
-    if ref is None:
-        return None
+async def _read_ref(session: Session, ref: ChunkRef, byte_range: ByteRequest | None) -> bytes:
     # One lookup serves both the length (for suffix ranges) and the read.
-    return session.repository.read_ref(ref, _byte_bounds(byte_range, ref.length))
+    start, end = _byte_bounds(byte_range, ref.length)
+    if ref.kind == "inline":
+        assert ref.inline_data is not None
+        return ref.inline_data[start:end]
+    if ref.kind == "virtual":
+        # Awaiting (not a thread each) lets every concurrent get join one coalesced batch.
+        assert ref.virtual_path is not None
+        reader = session.repository.virtual_reader
+        return await reader.read_async(
+            ref.virtual_path, ref.offset + start, end - start, ref.checksum
+        )
+    return await asyncio.to_thread(session.repository.read_ref, ref, (start, end))
 
 
 def _delete_chunk(session: Session, key: ChunkKey) -> None:
