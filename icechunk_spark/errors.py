@@ -8,8 +8,8 @@
     ├── AlreadyExistsError       a repository, tag, branch or node of that name exists already
     ├── InvalidInputError(ValueError)  the caller passed something we cannot accept
     │   ├── ConfigError          a configuration file or value is invalid (names the YAML path)
-    │   ├── VirtualRefRefusedError  a virtual ref outside the containers, or not authorized
-    │   └── SourceChangedError   a virtual ref's target changed since the ref was written
+    │   └── VirtualRefRefusedError  a virtual ref outside the containers, or not authorized
+    ├── SourceChangedError       a virtual ref's target changed since the ref was written
     ├── ReadOnlyError            a write on a read-only session or store
     │   └── ReadOnlyStoreError   the same through the zarr store (also zarr's ValueError)
     ├── StorageError(OSError)    the storage backend failed (after retries)
