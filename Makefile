@@ -14,7 +14,9 @@ ICECHUNK_VENV := bench/.venv312
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	# compat mode: Spark finds the pyspark_icechunk source by scanning sys.path, which the
+	# default editable install hides.
+	$(BIN)/python -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -30,10 +32,25 @@ $(ICECHUNK_VENV)/bin/python:
 	@if [ -n "$(PY312)" ]; then $(PY312) -m venv $(ICECHUNK_VENV) && $(ICECHUNK_VENV)/bin/python -m pip install --quiet icechunk numpy; \
 	else echo "no Python 3.12: benchmarks run without the Icechunk column"; fi
 
+# The main jobs on local files: a computed datacube and a virtual dataset of sample NetCDF
+# files, both into ./demo-repo, through spark-submit in local mode.
+DEMO_REPO := file://$(CURDIR)/demo-repo
+SPARK_SUBMIT := PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python PYSPARK_DRIVER_PYTHON=$(CURDIR)/$(BIN)/python \
+	$(BIN)/spark-submit --properties-file conf/spark-defaults.conf \
+	--driver-java-options "-Dlog4j2.configurationFile=file://$(CURDIR)/conf/log4j2.properties"
+
+demo: $(STAMP)
+	rm -rf demo-repo demo-data
+	$(SPARK_SUBMIT) jobs/ingest_datacube.py --repo $(DEMO_REPO)
+	$(BIN)/python jobs/ingest_virtual.py --make-sample demo-data --days 10 > /dev/null
+	$(SPARK_SUBMIT) jobs/ingest_virtual.py --repo $(DEMO_REPO) --files 'demo-data/*.nc' --group /virtual
+	$(BIN)/icechunk-spark log $(DEMO_REPO)
+	$(BIN)/icechunk-spark ls $(DEMO_REPO)
+
 bench: $(STAMP)
 	-@$(MAKE) --no-print-directory $(ICECHUNK_VENV)/bin/python
 	$(BIN)/python bench/bench_engine.py
 	$(BIN)/python bench/bench_splitting.py
 
 clean:
-	rm -rf $(VENV) demo-repo .pytest_cache .mypy_cache
+	rm -rf $(VENV) demo-repo demo-data .pytest_cache .mypy_cache

@@ -36,9 +36,10 @@ def start_preload(
     wanted = [m for m in manifests_to_preload(view, preload) if not cache.is_cached(m)]
     if not wanted:
         return None
-    thread = threading.Thread(
-        target=_fetch_all, args=(wanted, cache), name="icechunk-preload", daemon=True
-    )
+    # Not a daemon: a daemon thread stopped inside pyarrow at interpreter exit aborts the
+    # process ("FATAL: exception not rethrown"); preloads are small and bounded, so exit
+    # simply waits for them.
+    thread = threading.Thread(target=_fetch_all, args=(wanted, cache), name="icechunk-preload")
     thread.start()
     return thread
 

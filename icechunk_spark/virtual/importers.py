@@ -114,6 +114,7 @@ def import_netcdf(
     inline_threshold: int = 500,
     materialize_max_bytes: int = DEFAULT_MATERIALIZE_MAX_BYTES,
     max_workers: int = 4,
+    scans: Sequence[Mapping[str, Any]] | None = None,
 ) -> ImportSummary:
     """Scan NetCDF4/HDF5 files and import them as one virtual dataset under ``group``.
 
@@ -124,6 +125,9 @@ def import_netcdf(
     >>> import_netcdf(session, [f"file:///data/tas_2022{m:02d}.nc" for m in range(1, 13)],
     ...               concat_dim="time")                              # doctest: +SKIP
     >>> session.commit("tas 2022, virtual")                           # doctest: +SKIP
+
+    ``scans``: the files' reference sets already made with :func:`scan_netcdf`, one per url
+    (Spark executors scan in parallel, the driver combines); the files are not opened again.
 
     Raises:
         VirtualRefRefusedError: a file lies outside the virtual chunk containers (checked
@@ -140,9 +144,14 @@ def import_netcdf(
         refs = scan_netcdf(url, storage_options=storage_options, inline_threshold=inline_threshold)
         return parse_json_refs(refs)
 
-    # h5py holds a global lock, so threads mostly overlap the I/O of remote files.
-    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(absolute)))) as pool:
-        sets = list(pool.map(scan, absolute))
+    if scans is not None:
+        if len(scans) != len(absolute):
+            raise InvalidInputError(f"{len(scans)} scans given for {len(absolute)} files")
+        sets = [parse_json_refs(refs) for refs in scans]
+    else:
+        # h5py holds a global lock, so threads mostly overlap the I/O of remote files.
+        with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(absolute)))) as pool:
+            sets = list(pool.map(scan, absolute))
     for refset in sets:
         resolve_all(refset, containers, None)  # kerchunk might name other files: refuse them
     if concat_dim is None:

@@ -1,0 +1,28 @@
+"""Spark integration: the ``icechunk`` data source and the driver-side commit API.
+
+>>> from icechunk_spark.spark import register, commit_refs      # doctest: +SKIP
+>>> register(spark)                                             # doctest: +SKIP
+>>> spark.read.format("icechunk").load("file:///data/repo")     # doctest: +SKIP
+>>> commit_refs(refs_df, "s3://bucket/repo", message="import")  # doctest: +SKIP
+
+Spark also finds the source without ``register`` through the top-level ``pyspark_icechunk``
+package, when this package is installed where Spark's Python workers run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .distributed import commit_refs, write_chunks
+from .source import NAME, IcechunkDataSource
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``icechunk`` data source with ``spark`` explicitly."""
+    spark.dataSource.register(IcechunkDataSource)
+
+
+__all__ = ["NAME", "IcechunkDataSource", "commit_refs", "register", "write_chunks"]

@@ -1,0 +1,260 @@
+"""The write plan: everything executors need to validate, encode and stage rows, made once.
+
+The driver builds a :class:`WritePlan` before any task runs (``DataSource.writer`` or the
+driver API), from the branch tip at that moment. It is a frozen, picklable value: executors
+check rows against the arrays' grids and the repository's virtual containers without opening
+the repository, and the commit later starts from the same base snapshot, so a concurrent
+commit that touched the same chunks is a conflict instead of a silent overwrite.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..errors import InvalidInputError
+from ..format.ids import new_object_id
+from ..format.structure import ArrayMeta, parse_array_meta, parse_zarr_json
+from ..session import normalize_path
+from .options import RepoOptions, get, get_bool, get_int, parse_value, repo_options
+
+RowKind = Literal["virtual", "data"]
+Mode = Literal["append", "overwrite"]
+WRITE_ID_KEY = "icechunk_spark.write_id"
+STAGING_ROOT = "staging/"
+DEFAULT_STAGE_ROWS = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayTarget:
+    """An array a job may write: its ``zarr.json``, whether it exists, the axis that grows."""
+
+    path: str
+    zarr_json: bytes
+    exists: bool
+    grow_axis: int | None
+    meta: ArrayMeta
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        return self.meta.grid_shape
+
+
+@dataclass(frozen=True, slots=True)
+class WritePlan:
+    """One write job: where, what shape of rows, which arrays, and how to commit."""
+
+    repo: RepoOptions
+    branch: str
+    base_snapshot: str
+    write_id: str
+    mode: Mode
+    rows: RowKind
+    arrays: Mapping[str, ArrayTarget]
+    message: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    on_conflict: str = "fail"
+    pack_chunks: bool = False
+    inline_threshold: int = 0
+    containers: tuple[str, ...] = ()
+    stage_rows: int = DEFAULT_STAGE_ROWS
+    # Sort staged files by (array, coord): the driver API's piece tasks then read only the
+    # row groups of their piece. The data source's commit reads everything, so it skips this.
+    sort_staged: bool = False
+
+    @property
+    def staging_prefix(self) -> str:
+        """Where this write's tasks stage ref files and chunk journals."""
+        return f"{STAGING_ROOT}{self.write_id}/"
+
+    @property
+    def journal_prefix(self) -> str:
+        """Chunk journals: ``<attempt>-<n>`` objects listing chunk object ids, one a line."""
+        return f"{self.staging_prefix}journal/"
+
+    @property
+    def manifest_journal_prefix(self) -> str:
+        """One empty object per manifest executors wrote, named by the manifest id."""
+        return f"{self.staging_prefix}manifests/"
+
+    def target(self, path: str) -> ArrayTarget | None:
+        return self.arrays.get(path)
+
+
+def row_kind(columns: Sequence[str]) -> RowKind:
+    """``data`` rows (array, coord, data) or ``virtual`` rows (array, coord, location, ...)."""
+    names = set(columns)
+    missing_base = {"array", "coord"} - names
+    if missing_base:
+        raise InvalidInputError(
+            f"rows to write need the columns 'array' and 'coord'; missing {sorted(missing_base)}"
+        )
+    if "data" in names:
+        return "data"
+    if "location" in names:
+        missing = {"offset", "length"} - names
+        if missing:
+            raise InvalidInputError(
+                "virtual ref rows need 'location', 'offset' and 'length'; "
+                f"missing {sorted(missing)}"
+            )
+        return "virtual"
+    raise InvalidInputError(
+        "rows to write need either a 'data' column (raw chunk bytes) or 'location', 'offset' "
+        f"and 'length' columns (virtual refs); got {sorted(names)}"
+    )
+
+
+def make_plan(options: Mapping[str, str], columns: Sequence[str], overwrite: bool) -> WritePlan:
+    """Build the plan from data source options (all strings) and the DataFrame's columns.
+
+    Raises:
+        InvalidInputError: missing or malformed options, or rows of an unknown shape.
+        NotFoundError: the repository or branch does not exist.
+    """
+    repo_opts = repo_options(options)
+    kind = row_kind(columns)
+    branch = get(options, "branch") or "main"
+    on_conflict = get(options, "on_conflict") or "fail"
+    if on_conflict not in ("fail", "ours", "theirs"):
+        raise InvalidInputError(f"option on_conflict={on_conflict!r}: use fail, ours or theirs")
+    metadata = parse_value(get(options, "metadata") or "{}")
+    if not isinstance(metadata, dict):
+        raise InvalidInputError("option metadata must be a JSON object")
+    repo = repo_opts.open()
+    try:
+        base = repo.lookup_branch(branch)
+        session = repo.readonly_session(snapshot_id=base)
+        existing = {n.path: n.zarr_json for n in session.list_nodes() if n.type == "array"}
+        config = repo.config
+    finally:
+        repo.close()
+    declared = declared_arrays(get(options, "arrays"))
+    append_dim = get(options, "append_dim")
+    arrays: dict[str, ArrayTarget] = {}
+    for path, zarr_json in {**existing, **declared}.items():
+        # An existing array keeps its metadata: a declaration only creates missing arrays
+        # (so a job can be re-run as is), but must not contradict the array that is there.
+        if path in existing and path in declared:
+            _check_declaration(path, existing[path], declared[path])
+        doc_bytes = existing.get(path, zarr_json)
+        doc = parse_zarr_json(doc_bytes, path)
+        meta = parse_array_meta(doc, path)
+        arrays[path] = ArrayTarget(
+            path, doc_bytes, path in existing, grow_axis(meta, append_dim), meta
+        )
+    return WritePlan(
+        repo=repo_opts,
+        branch=branch,
+        base_snapshot=base,
+        write_id=new_object_id(),
+        mode="overwrite" if overwrite else "append",
+        rows=kind,
+        arrays=arrays,
+        message=get(options, "message") or f"Spark write ({kind} refs)",
+        metadata=metadata,
+        on_conflict=on_conflict,
+        pack_chunks=get_bool(options, "pack_chunks"),
+        inline_threshold=config.inline_chunk_threshold_bytes,
+        containers=tuple(config.virtual_chunk_containers),
+        stage_rows=get_int(options, "stage_rows", DEFAULT_STAGE_ROWS),
+    )
+
+
+def declared_arrays(text: str | Mapping[str, Any] | None) -> dict[str, bytes]:
+    """The ``arrays`` option: ``{path: zarr.json dict}`` -> normalized path -> zarr.json bytes.
+
+    Missing keys get Zarr's defaults (``chunk_shape`` is accepted for ``chunk_grid``), so
+    ``{"/t": {"shape": [10], "chunk_shape": [5], "data_type": "float32"}}`` is enough.
+    """
+    if text is None or text == "":
+        return {}
+    parsed = parse_value(text) if isinstance(text, str) else dict(text)
+    if not isinstance(parsed, dict):
+        raise InvalidInputError("option arrays must be a JSON object {path: zarr.json metadata}")
+    out = {}
+    for raw_path, doc in parsed.items():
+        path = normalize_path(str(raw_path))
+        if not isinstance(doc, dict):
+            raise InvalidInputError(f"option arrays: the metadata of {path!r} must be an object")
+        full = array_document(doc)
+        parse_array_meta(full, path)  # fail on the driver, before any task runs
+        out[path] = json.dumps(full).encode()
+    return out
+
+
+_MUST_MATCH = ("data_type", "chunk_grid", "codecs", "fill_value", "chunk_key_encoding")
+
+
+def _check_declaration(path: str, existing: bytes, declared: bytes) -> None:
+    old, new = json.loads(existing), json.loads(declared)
+    differ = [k for k in _MUST_MATCH if old.get(k) != new.get(k)]
+    if differ:
+        raise InvalidInputError(
+            f"option arrays declares {path!r} with other {', '.join(differ)} than the array "
+            "already in the repository; leave it out of the declaration or use another path"
+        )
+
+
+def array_document(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A complete Zarr v3 array document from a partial one."""
+    full: dict[str, Any] = {
+        "zarr_format": 3,
+        "node_type": "array",
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0,
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        "attributes": {},
+    }
+    full.update({k: v for k, v in doc.items() if k != "chunk_shape"})
+    if "chunk_shape" in doc and "chunk_grid" not in doc:
+        full["chunk_grid"] = {
+            "name": "regular",
+            "configuration": {"chunk_shape": [int(c) for c in doc["chunk_shape"]]},
+        }
+    return full
+
+
+def grow_axis(meta: ArrayMeta, append_dim: str | None) -> int | None:
+    """The axis ``append_dim`` names in this array (a dimension name or an index), if any."""
+    if append_dim is None or append_dim == "":
+        return None
+    if append_dim.lstrip("-").isdigit():
+        axis = int(append_dim)
+        return axis if 0 <= axis < meta.ndim else None
+    names = meta.dimension_names or ()
+    return names.index(append_dim) if append_dim in names else None
+
+
+def options_from_kwargs(url: str, **kwargs: Any) -> dict[str, str]:
+    """Driver-API keyword arguments as the string options the data source takes."""
+    options: dict[str, str] = {"path": url}
+    storage_options = kwargs.pop("storage_options", None) or {}
+    for key, value in storage_options.items():
+        options[f"storage.{key}"] = value if isinstance(value, str) else json.dumps(value)
+    for key, value in kwargs.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            options[key] = "true" if value else "false"
+        elif isinstance(value, Mapping | list | tuple):
+            options[key] = json.dumps(value)
+        else:
+            options[key] = str(value)
+    return options
+
+
+__all__ = [
+    "STAGING_ROOT",
+    "WRITE_ID_KEY",
+    "ArrayTarget",
+    "WritePlan",
+    "array_document",
+    "declared_arrays",
+    "grow_axis",
+    "make_plan",
+    "options_from_kwargs",
+    "row_kind",
+]

@@ -1,0 +1,387 @@
+"""Executor side of a write: validate rows, write chunk data, stage ref rows as Parquet.
+
+Each task attempt stages its refs under ``staging/<write id>/`` with its own name
+(``<partition>-<task attempt id>-<n>.parquet``) and returns a :class:`StageResult`: the keys it
+staged plus per-array counts and coord bounds, a map-side aggregation the driver reduces.
+A retried task's earlier attempt may have staged files too; only keys named in a result are
+ever committed, so retries neither duplicate nor lose refs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..containers import resolve_url
+from ..errors import InvalidInputError
+from ..format.coords import encode_coords
+from ..format.parquet import read_parquet_bytes
+from ..session import normalize_path
+from ..storage import Storage
+from .chunks import ChunkCodec, ChunkObjectWriter
+from .plan import ArrayTarget, WritePlan
+from .rows import check_grid, coords_of, first_coord, flat, row_error, split_by_array
+
+log = logging.getLogger(__name__)
+
+STAGED = pa.schema(
+    [
+        ("array", pa.string()),
+        ("coord", pa.binary()),
+        ("inline_data", pa.binary()),
+        ("chunk_id", pa.string()),
+        ("virtual_path", pa.string()),
+        ("offset", pa.uint64()),
+        ("length", pa.uint64()),
+        ("checksum", pa.string()),
+    ]
+)
+# Beyond this many distinct indices along one dimension a result keeps only the bounds.
+MAX_TRACKED_INDICES = 100_000
+STAGED_ROW_GROUP = 65_536
+_ENCODE_BATCH = 256
+
+
+@dataclass(slots=True)
+class ArrayStaged:
+    """What one attempt staged for one array: ref count, coord bounds, distinct indices."""
+
+    count: int
+    lo: np.ndarray
+    hi: np.ndarray
+    # Per dimension the sorted distinct indices, or None once there were too many to keep.
+    indices: list[np.ndarray | None]
+
+    @classmethod
+    def of(cls, coords: np.ndarray) -> ArrayStaged:
+        ndim = coords.shape[1]
+        return cls(
+            int(coords.shape[0]),
+            coords.min(axis=0) if len(coords) else np.zeros(ndim, np.int64),
+            coords.max(axis=0) if len(coords) else np.zeros(ndim, np.int64),
+            [_capped(np.unique(coords[:, d])) for d in range(ndim)],
+        )
+
+    def merge(self, other: ArrayStaged) -> None:
+        self.count += other.count
+        self.lo = np.minimum(self.lo, other.lo)
+        self.hi = np.maximum(self.hi, other.hi)
+        self.indices = [
+            None if a is None or b is None else _capped(np.union1d(a, b))
+            for a, b in zip(self.indices, other.indices, strict=True)
+        ]
+
+
+def _capped(values: np.ndarray) -> np.ndarray | None:
+    return values if len(values) <= MAX_TRACKED_INDICES else None
+
+
+@dataclass(frozen=True, slots=True)
+class RowGroup:
+    """Bounds of one row group of a staged file (meaningful when staging sorts)."""
+
+    rows: int
+    first: tuple[str, bytes]  # (array, coord) of its first row
+    last: tuple[str, bytes]  # and of its last
+
+
+@dataclass(frozen=True, slots=True)
+class StagedFile:
+    """One staged ref file: its key, size (for ranged reads) and row groups."""
+
+    key: str
+    size: int
+    groups: tuple[RowGroup, ...]
+
+    def groups_between(self, low: tuple[str, bytes], high: tuple[str, bytes]) -> list[int]:
+        """Row groups that may hold rows in ``[low, high)`` of (array, coord) order.
+
+        Only for files staged with ``WritePlan.sort_staged``.
+        """
+        return [i for i, g in enumerate(self.groups) if g.first < high and low <= g.last]
+
+
+@dataclass(slots=True)
+class StageResult:
+    """One successful task attempt: the files it staged and what they hold."""
+
+    attempt: str
+    files: list[StagedFile] = field(default_factory=list)
+    arrays: dict[str, ArrayStaged] = field(default_factory=dict)
+    chunk_objects: int = 0
+
+    @property
+    def keys(self) -> list[str]:
+        return [f.key for f in self.files]
+
+
+def attempt_name(partition: int, task_attempt_id: int) -> str:
+    return f"{partition:05d}-{task_attempt_id}"
+
+
+class Stager:
+    """Turns one task's record batches into staged ref files (and chunk objects)."""
+
+    def __init__(self, plan: WritePlan, storage: Storage, attempt: str) -> None:
+        self.plan = plan
+        self.storage = storage
+        self.result = StageResult(attempt)
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+        self._codecs: dict[str, ChunkCodec] = {}
+        self._paths: dict[str, str] = {}
+        self._writer = (
+            ChunkObjectWriter(storage, f"{plan.journal_prefix}{attempt}-", plan.pack_chunks)
+            if plan.rows == "data"
+            else None
+        )
+
+    def run(self, batches: Iterable[pa.RecordBatch]) -> StageResult:
+        """Stage every batch; on any failure delete what this attempt wrote, then re-raise."""
+        try:
+            for batch in batches:
+                self.add(batch)
+            self._flush()
+        except BaseException:
+            try:
+                self.discard()
+            except Exception as cleanup:  # keep the task's own error; the coordinator sweeps
+                log.warning("attempt %s: cleanup failed: %s", self.result.attempt, cleanup)
+            raise
+        finally:
+            if self._writer is not None:
+                self._writer.close()
+        if self._writer is not None:
+            self.result.chunk_objects = len(set(self._writer.written))
+        return self.result
+
+    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
+        table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        if table.num_rows == 0:
+            return
+        for raw_path, rows in split_by_array(table):
+            path = self._normalize(raw_path, rows)
+            target = self.plan.target(path)
+            if target is None:
+                first = first_coord(rows)
+                raise InvalidInputError(
+                    f"row for array {raw_path!r} at coord {first}: no such array in the "
+                    f"repository at branch {self.plan.branch!r}; declare it with "
+                    "option('arrays', '{path: zarr.json}')"
+                )
+            staged = self._stage_array(target, rows)
+            self._pending.append(staged)
+            self._pending_rows += staged.num_rows
+        if self._pending_rows >= self.plan.stage_rows:
+            self._flush()
+
+    def _normalize(self, raw: str | None, rows: pa.Table) -> str:
+        if raw is None:
+            raise InvalidInputError(
+                f"row at coord {first_coord(rows)} has no array path (null 'array')"
+            )
+        if raw not in self._paths:
+            try:
+                self._paths[raw] = normalize_path(raw)
+            except InvalidInputError as exc:
+                raise InvalidInputError(
+                    f"row for array {raw!r} at coord {first_coord(rows)}: {exc}"
+                ) from exc
+        return self._paths[raw]
+
+    def _stage_array(self, target: ArrayTarget, rows: pa.Table) -> pa.Table:
+        coords = coords_of(target, rows)
+        check_grid(target, coords)
+        n = rows.num_rows
+        if self.plan.rows == "virtual":
+            columns = self._virtual_columns(target, rows, coords)
+        else:
+            columns = self._data_columns(target, rows, coords)
+        stats = ArrayStaged.of(coords)
+        known = self.result.arrays.get(target.path)
+        if known is None:
+            self.result.arrays[target.path] = stats
+        else:
+            known.merge(stats)
+        return pa.table(
+            {
+                "array": pa.array(np.full(n, target.path, dtype=object), pa.string()),
+                "coord": encode_coords(coords),
+                **columns,
+            },
+            schema=STAGED,
+        )
+
+    def _virtual_columns(
+        self, target: ArrayTarget, rows: pa.Table, coords: np.ndarray
+    ) -> dict[str, pa.Array]:
+        location = rows.column("location")
+        if location.null_count:
+            bad = int(np.flatnonzero(pc.is_null(location).to_numpy(zero_copy_only=False))[0])
+            raise row_error(target, coords, bad, "the virtual ref has no location")
+        # Resolve each distinct location once (a file holds many chunks), then map rows to it.
+        distinct = pc.unique(location)
+        resolved = []
+        for url in distinct.to_pylist():
+            try:
+                resolved.append(resolve_url(url, self.plan.containers)[0])
+            except InvalidInputError as exc:
+                bad = int(pc.index(location, url).as_py())
+                raise row_error(target, coords, bad, str(exc)) from exc
+        n = len(location)
+        out: dict[str, pa.Array] = {
+            "inline_data": pa.nulls(n, pa.binary()),
+            "chunk_id": pa.nulls(n, pa.string()),
+            "virtual_path": pc.take(
+                pa.array(resolved, pa.string()), pc.index_in(location, distinct)
+            ),
+        }
+        for name in ("offset", "length"):
+            column = rows.column(name)
+            numbers = pc.fill_null(column, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+            if len(numbers) and numbers.min() < 0:
+                bad = int(np.flatnonzero(numbers < 0)[0])
+                raise row_error(target, coords, bad, f"'{name}' must be given and >= 0")
+            out[name] = pa.array(numbers.astype(np.uint64))
+        checksum = (
+            rows.column("checksum").cast(pa.string())
+            if "checksum" in rows.column_names
+            else pa.nulls(n, pa.string())
+        )
+        out["checksum"] = flat(checksum)
+        return out
+
+    def _data_columns(
+        self, target: ArrayTarget, rows: pa.Table, coords: np.ndarray
+    ) -> dict[str, pa.Array]:
+        codec = self._codecs.get(target.path)
+        if codec is None:
+            codec = self._codecs[target.path] = ChunkCodec(target.zarr_json)
+        data = flat(rows.column("data"))
+        lengths = pc.fill_null(pc.binary_length(data), -1).to_numpy(zero_copy_only=False)
+        wrong = np.flatnonzero(lengths != codec.chunk_nbytes)
+        if len(wrong):
+            bad = int(wrong[0])
+            got = "null" if lengths[bad] < 0 else f"{int(lengths[bad])} bytes"
+            raise row_error(
+                target,
+                coords,
+                bad,
+                f"'data' has {got}; a chunk of shape {codec.chunk_shape} and dtype "
+                f"{codec.dtype} takes {codec.chunk_nbytes} bytes (raw, C order)",
+            )
+        n = len(data)
+        encoded: list[bytes] = []
+        for start in range(0, n, _ENCODE_BATCH):
+            encoded += codec.encode(
+                [data[i].as_buffer() for i in range(start, min(n, start + _ENCODE_BATCH))]
+            )
+        # Small chunks live inline in the manifest (as Session.set_chunk does); the rest go to
+        # chunk objects, all of this batch in one call so packing can fill its objects.
+        is_inline = np.fromiter((len(e) <= self.plan.inline_threshold for e in encoded), bool, n)
+        to_write = np.flatnonzero(~is_inline)
+        assert self._writer is not None
+        ids, offs, lens = self._writer.write([encoded[i] for i in to_write])
+        inline: list[bytes | None] = [
+            e if small else None for e, small in zip(encoded, is_inline, strict=True)
+        ]
+        chunk_ids: list[str | None] = [None] * n
+        offsets: list[int | None] = [None] * n
+        sizes: list[int | None] = [None] * n
+        for i, object_id, off, length in zip(to_write, ids, offs, lens, strict=True):
+            chunk_ids[i], offsets[i], sizes[i] = object_id, off, length
+        return {
+            "inline_data": pa.array(inline, pa.binary()),
+            "chunk_id": pa.array(chunk_ids, pa.string()),
+            "virtual_path": pa.nulls(n, pa.string()),
+            "offset": pa.array(offsets, pa.uint64()),
+            "length": pa.array(sizes, pa.uint64()),
+            "checksum": pa.nulls(n, pa.string()),
+        }
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        table = pa.concat_tables(self._pending)
+        self._pending, self._pending_rows = [], 0
+        if self.plan.sort_staged:
+            # Sorted by (array, coord), a task writing one piece of one array later reads only
+            # the row groups that can hold it: the staged files are the shuffle.
+            table = table.sort_by([("array", "ascending"), ("coord", "ascending")])
+        name = f"{self.result.attempt}-{len(self.result.files):04d}.parquet"
+        key = f"{self.plan.staging_prefix}{name}"
+        sink = pa.BufferOutputStream()
+        pq.write_table(
+            table,
+            sink,
+            compression="zstd",
+            use_dictionary=["array", "chunk_id", "virtual_path"],
+            row_group_size=STAGED_ROW_GROUP,
+        )
+        data = sink.getvalue()
+        self.storage.put(key, data.to_pybytes())
+        sizes = pq.read_metadata(pa.BufferReader(data))
+        rows = [sizes.row_group(i).num_rows for i in range(sizes.num_row_groups)]
+        self.result.files.append(StagedFile(key, data.size, _row_groups(table, rows)))
+
+    def discard(self) -> None:
+        """Delete everything this attempt wrote (best effort: the coordinator sweeps too)."""
+        written = [f"c/{i}" for i in (self._writer.written if self._writer else [])]
+        self.storage.delete([*self.result.keys, *written])
+        self.result.files.clear()
+
+
+def _row_groups(table: pa.Table, sizes: Sequence[int]) -> tuple[RowGroup, ...]:
+    """The (array, coord) bounds of each row group, from the sorted table just written."""
+    arrays, coords = table.column("array"), table.column("coord")
+    out, start = [], 0
+    for n in sizes:
+        end = start + n - 1
+        first = (arrays[start].as_py(), coords[start].as_py())
+        out.append(RowGroup(n, first, (arrays[end].as_py(), coords[end].as_py())))
+        start += n
+    return tuple(out)
+
+
+def read_staged(storage: Storage, key: str) -> pa.Table:
+    """A staged ref file."""
+    return read_parquet_bytes(storage.get(key))
+
+
+def merge_results(results: Iterable[StageResult]) -> dict[str, ArrayStaged]:
+    """Per array, the union of every attempt's stats."""
+    merged: dict[str, ArrayStaged] = {}
+    for result in results:
+        for path, stats in result.arrays.items():
+            known = merged.get(path)
+            if known is None:
+                merged[path] = ArrayStaged(
+                    stats.count, stats.lo.copy(), stats.hi.copy(), list(stats.indices)
+                )
+            else:
+                known.merge(stats)
+    return merged
+
+
+def staged_keys(results: Iterable[StageResult]) -> list[str]:
+    return sorted(k for r in results for k in r.keys)
+
+
+__all__ = [
+    "STAGED",
+    "ArrayStaged",
+    "RowGroup",
+    "StageResult",
+    "StagedFile",
+    "Stager",
+    "attempt_name",
+    "merge_results",
+    "read_staged",
+    "staged_keys",
+]

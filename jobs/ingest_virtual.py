@@ -1,0 +1,157 @@
+"""Ingest NetCDF4/HDF5 files as one virtual dataset: the bytes stay in the files.
+
+Executors scan the files in parallel (kerchunk's HDF5 scanner); the driver concatenates the
+references along a dimension and commits once. Re-running with more files appends them: the
+dataset is rebuilt from every file it already references plus the new ones, so a file is
+never ingested twice and a re-run with nothing new commits nothing.
+
+    spark-submit jobs/ingest_virtual.py --files '/data/tas_*.nc' --repo file:///tmp/tas
+    spark-submit jobs/ingest_virtual.py --make-sample demo-data --days 10   # sample files
+"""
+
+from __future__ import annotations
+
+import glob
+import sys
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import numpy as np
+
+from icechunk_spark.errors import InvalidInputError
+from icechunk_spark.repository import Repository
+from icechunk_spark.spark.jobs import base_parser, run, spark_session, storage_options
+from icechunk_spark.virtual import import_netcdf, scan_netcdf
+
+
+def make_sample(folder: str, days: int, first_day: int = 0) -> list[str]:
+    """Daily NetCDF4 files (zlib-compressed, chunked) of a small temperature field."""
+    import netCDF4
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    lat, lon = np.linspace(-90, 90, 73), np.linspace(0, 357.5, 144)
+    paths = []
+    for day in range(first_day, first_day + days):
+        path = Path(folder, f"tas_day{day:04d}.nc").absolute()
+        with netCDF4.Dataset(path, "w") as ds:
+            ds.createDimension("time", None)
+            ds.createDimension("lat", lat.size)
+            ds.createDimension("lon", lon.size)
+            time = ds.createVariable("time", "f8", ("time",))
+            time.units, time.calendar = "days since 2000-01-01", "standard"
+            ds.createVariable("lat", "f8", ("lat",))[:] = lat
+            ds.createVariable("lon", "f8", ("lon",))[:] = lon
+            tas = ds.createVariable(
+                "tas", "f4", ("time", "lat", "lon"), zlib=True, chunksizes=(1, 73, 72)
+            )
+            tas.units, tas.standard_name = "K", "air_temperature"
+            time[:] = [day]
+            tas[0] = (
+                280
+                + 20 * np.cos(np.radians(lat))[:, None]
+                + np.sin(day / 10 + np.radians(lon))[None, :]
+            )
+        paths.append(str(path))
+    return paths
+
+
+def as_url(path: str) -> str:
+    return path if "://" in path else Path(path).absolute().as_uri()
+
+
+def list_files(pattern: str, options: dict[str, Any]) -> list[str]:
+    if "://" in pattern and not pattern.startswith("file://"):
+        fs, _ = fsspec.core.url_to_fs(pattern, **options)
+        protocol = pattern.split("://", 1)[0]
+        return [f"{protocol}://{p}" for p in sorted(fs.glob(pattern))]
+    local = pattern.removeprefix("file://")
+    return [as_url(p) for p in sorted(glob.glob(local))]
+
+
+def referenced_files(repo: Repository, branch: str) -> set[str]:
+    """Every file the branch's virtual refs already point into."""
+    session = repo.readonly_session(branch=branch)
+    files: set[str] = set()
+    for node in session.list_nodes():
+        if node.type == "array":
+            paths = session.chunk_refs(node.path).column("virtual_path").drop_null().unique()
+            files.update(paths.to_pylist())
+    return files
+
+
+def main() -> int:
+    parser = base_parser(__doc__)
+    parser.add_argument("--files", help="glob of NetCDF4/HDF5 files (local path, file:// or s3://)")
+    parser.add_argument("--concat-dim", default="time")
+    parser.add_argument("--group", default="/")
+    parser.add_argument(
+        "--container", help="virtual chunk container prefix (default: the files' folder)"
+    )
+    parser.add_argument(
+        "--files-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="fsspec option for reading the files",
+    )
+    parser.add_argument(
+        "--make-sample", metavar="DIR", help="write sample daily files into DIR and exit"
+    )
+    parser.add_argument("--days", type=int, default=10)
+    parser.add_argument("--first-day", type=int, default=0)
+    args = parser.parse_args()
+    if args.make_sample:
+        for path in make_sample(args.make_sample, args.days, args.first_day):
+            print(path)
+        return 0
+
+    def body() -> tuple[Repository, str | None]:
+        if not args.files:
+            raise InvalidInputError("--files is required (a glob of NetCDF files)")
+        file_options = storage_options(args.files_option)
+        found = list_files(args.files, file_options)
+        if not found:
+            raise InvalidInputError(f"no files match {args.files!r}")
+        container = args.container or found[0].rsplit("/", 1)[0] + "/"
+        config = {"virtual_chunk_containers": {container: file_options}}
+        repo = Repository.open_or_create(
+            args.repo,
+            config=config,
+            storage_options=storage_options(args.storage_option),
+            authorize_virtual={container: file_options},
+        )
+        if container not in repo.config.virtual_chunk_containers:  # an existing repository
+            containers = {**repo.config.virtual_chunk_containers, container: file_options}
+            repo.set_config({"virtual_chunk_containers": containers})
+        known = referenced_files(repo, args.branch)
+        files = sorted(known | set(found))
+        if set(files) == known:
+            print(f"ingest_virtual: no new files among {len(found)}", file=sys.stderr)
+            return repo, repo.lookup_branch(args.branch)
+        spark = spark_session("ingest_virtual", args)
+        scans = (
+            spark.sparkContext.parallelize(files, min(len(files), 64))
+            .map(lambda url: scan_netcdf(url, storage_options=file_options))
+            .collect()
+        )
+        session = repo.writable_session(args.branch)
+        import_netcdf(
+            session,
+            files,
+            args.concat_dim,
+            args.group,
+            storage_options=file_options,
+            overwrite=True,
+            scans=scans,
+        )
+        new = len(files) - len(known)
+        return repo, session.commit(
+            args.message or f"ingest {new} new files ({len(files)} in all)", {"files": len(files)}
+        )
+
+    return run("ingest_virtual", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Maintain a repository: expire old snapshots, collect garbage, optionally repack manifests.
+
+    spark-submit jobs/maintain.py --repo file:///tmp/cube --keep-last 5 \
+        [--manifests conf/manifests.yaml]
+
+Needs no Spark executors (it is metadata work on the driver), but runs under spark-submit like
+every job so one scheduler can run them all.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from icechunk_spark.errors import InvalidInputError
+from icechunk_spark.repository import Repository
+from icechunk_spark.spark.jobs import base_parser, run, storage_options
+
+
+def expiry_cutoff(
+    repo: Repository, branch: str, keep_last: int | None, keep_days: float | None
+) -> datetime:
+    """Snapshots before this are expired: older than ``keep_days``, or beyond the last N."""
+    if keep_last is not None:
+        if keep_last < 1:
+            raise InvalidInputError("--keep-last must be at least 1")
+        history = list(repo.ancestry(branch=branch))
+        if len(history) <= keep_last:
+            return datetime.fromtimestamp(0, tz=UTC)
+        return history[keep_last - 1].written_at
+    return datetime.now(tz=UTC) - timedelta(days=keep_days if keep_days is not None else 7)
+
+
+def main() -> int:
+    parser = base_parser(__doc__)
+    parser.add_argument("--keep-last", type=int, help="keep the last N snapshots of --branch")
+    parser.add_argument(
+        "--keep-days", type=float, help="keep snapshots newer than this (default 7)"
+    )
+    parser.add_argument(
+        "--gc-days",
+        type=float,
+        default=0.0,
+        help="only delete objects older than this (default 0: all unreachable)",
+    )
+    parser.add_argument(
+        "--manifests", help="repack every manifest under this manifest config (YAML)"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="report what GC would delete")
+    args = parser.parse_args()
+
+    def body() -> tuple[Repository, str | None]:
+        repo = Repository.open(args.repo, storage_options=storage_options(args.storage_option))
+        if args.manifests:
+            snapshot = repo.rewrite_manifests(
+                Path(args.manifests).read_text(), "repack manifests", args.branch
+            )
+            count = len(repo.manifests(snapshot))
+            print(f"maintain: repacked manifests into snapshot {snapshot} ({count} manifests)")
+        cutoff = expiry_cutoff(repo, args.branch, args.keep_last, args.keep_days)
+        expired = repo.expire_snapshots(cutoff) if not args.dry_run else frozenset()
+        print(f"maintain: expired {len(expired)} snapshots older than {cutoff.isoformat()}")
+        summary = repo.garbage_collect(
+            datetime.now(tz=UTC) - timedelta(days=args.gc_days), dry_run=args.dry_run
+        )
+        verb = "would delete" if args.dry_run else "deleted"
+        print(
+            f"maintain: gc {verb} {summary.objects_deleted} objects "
+            f"({summary.bytes_deleted} bytes): chunks={summary.chunks_deleted} "
+            f"manifests={summary.manifests_deleted} structures={summary.structures_deleted} "
+            f"transaction_logs={summary.transaction_logs_deleted}"
+        )
+        return repo, repo.lookup_branch(args.branch)
+
+    return run("maintain", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

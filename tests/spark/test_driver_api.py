@@ -1,0 +1,151 @@
+"""The driver API: executors stage refs and write manifests, the driver only attaches them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+
+from icechunk_spark import Repository
+from icechunk_spark.spark import commit_refs, write_chunks
+
+from .helpers import chunk_grid_rows, keys, new_repo
+from .test_roundtrip import CUBE, cube_values
+
+pytestmark = pytest.mark.spark
+
+CONTAINER = "file:///data/"
+# Tiny manifests, so a 60-ref array is split into pieces like a 100-million-ref one would be.
+SPLIT_CONFIG = {
+    "virtual_chunk_containers": {CONTAINER: {}},
+    "manifests": {
+        "chunk-manifests": {"sets": [{"default": {"max-manifest-size": 10}}], "rules": []}
+    },
+}
+BIG = {"/big": {"shape": [40, 2], "chunk_shape": [1, 1], "data_type": "uint8"}}
+
+
+def virtual_rows(coords: list[tuple[int, int]], path: str = "/big", tag: str = "a") -> list[tuple]:
+    return [(path, [i, j], f"{CONTAINER}{tag}/{i}.bin", 100 * j, 1 + j) for i, j in coords]
+
+
+def refs_df(spark: Any, rows: list[tuple]) -> Any:
+    return spark.createDataFrame(
+        rows, "array string, coord array<bigint>, location string, offset bigint, length bigint"
+    ).repartition(3)
+
+
+def ref_map(repo: Repository, path: str) -> dict[tuple[int, ...], tuple[str, int, int]]:
+    from icechunk_spark.format.coords import decode_coords
+
+    refs = repo.readonly_session("main").chunk_refs(path)
+    coords = decode_coords(refs.column("coord"), 2)
+    return {
+        tuple(int(c) for c in coord): (loc, off, length)
+        for coord, loc, off, length in zip(
+            coords,
+            refs.column("virtual_path").to_pylist(),
+            refs.column("offset").to_pylist(),
+            refs.column("length").to_pylist(),
+            strict=True,
+        )
+    }
+
+
+def test_write_chunks_round_trip(spark: Any, tmp_path: Path) -> None:
+    url = (tmp_path / "repo").as_uri()
+    new_repo(url)
+    values = cube_values()
+    df = spark.createDataFrame(
+        list(chunk_grid_rows(values, (3, 4, 5), "/cube")),
+        "array string, coord array<bigint>, data binary",
+    )
+    snapshot = write_chunks(df, url, arrays={"/cube": CUBE}, message="cube", pack_chunks=True)
+    repo = Repository.open(url)
+    assert repo.lookup_branch("main") == snapshot
+    array = zarr.open_array(repo.readonly_session("main").store, path="cube", mode="r")
+    np.testing.assert_array_equal(array[:], values)
+    # pack_chunks: one object per task holds several chunks.
+    assert len(keys(repo, "c/")) < 6
+    assert keys(repo, "staging/") == set()
+
+
+def test_commit_refs_splits_and_appends_touch_only_their_pieces(spark: Any, tmp_path: Path) -> None:
+    url = (tmp_path / "repo").as_uri()
+    new_repo(url, config=SPLIT_CONFIG)
+    first = [(i, j) for i in range(30) for j in range(2)]
+    commit_refs(refs_df(spark, virtual_rows(first)), url, arrays=BIG, message="first")
+    repo = Repository.open(url)
+    node = repo.readonly_session("main").get_node("/big")
+    # 10 refs per manifest at most; 2 chunks per index along axis 0 -> 5 indices per piece.
+    assert [m.extent[0] for m in node.manifests] == [(5 * p, 5 * p + 5) for p in range(6)]
+    assert all(m.ref_count == 10 for m in node.manifests)
+    assert ref_map(repo, "/big") == {
+        (i, j): (f"{CONTAINER}a/{i}.bin", 100 * j, 1 + j) for i, j in first
+    }
+
+    # Rewrite one old chunk and add two new ones: only pieces 1 and 6 are written again.
+    commit_refs(refs_df(spark, virtual_rows([(7, 1), (31, 0), (32, 1)], tag="b")), url)
+    after = repo.readonly_session("main").get_node("/big")
+    kept = {m.manifest_id for m in node.manifests} & {m.manifest_id for m in after.manifests}
+    assert len(kept) == 5
+    expected = {(i, j): (f"{CONTAINER}a/{i}.bin", 100 * j, 1 + j) for i, j in first}
+    expected |= {
+        (i, j): (f"{CONTAINER}b/{i}.bin", 100 * j, 1 + j) for i, j in [(7, 1), (31, 0), (32, 1)]
+    }
+    assert ref_map(repo, "/big") == expected
+    assert keys(repo, "staging/") == set()
+
+
+def test_commit_refs_matches_the_core_path(spark: Any, tmp_path: Path) -> None:
+    """Spark's manifests and the core's own flush split the same refs the same way."""
+    coords = [(i, j) for i in range(0, 40, 3) for j in range(2)]
+    spark_url, core_url = (tmp_path / "spark").as_uri(), (tmp_path / "core").as_uri()
+    new_repo(spark_url, config=SPLIT_CONFIG)
+    commit_refs(refs_df(spark, virtual_rows(coords)), spark_url, arrays=BIG)
+
+    core = new_repo(core_url, config=SPLIT_CONFIG)
+    session = core.writable_session("main")
+    session.create_array("/big", shape=(40, 2), chunk_shape=(1, 1), dtype="uint8")
+    rows = virtual_rows(coords)
+    session.set_chunk_refs(
+        "/big",
+        {
+            "coord": np.array([r[1] for r in rows]),
+            "location": [r[2] for r in rows],
+            "offset": [r[3] for r in rows],
+            "length": [r[4] for r in rows],
+        },
+    )
+    session.commit("core")
+    spark_repo = Repository.open(spark_url)
+    assert ref_map(spark_repo, "/big") == ref_map(core, "/big")
+    assert manifest_layout(spark_repo) == manifest_layout(core)
+
+
+def manifest_layout(repo: Repository) -> list[tuple[object, int]]:
+    return [(m.extent, m.ref_count) for m in repo.readonly_session().get_node("/big").manifests]
+
+
+def test_commit_refs_overwrite_and_append_dim(spark: Any, tmp_path: Path) -> None:
+    url = (tmp_path / "repo").as_uri()
+    new_repo(url, config={"virtual_chunk_containers": {CONTAINER: {}}})
+    declared = {
+        "/t": {
+            "shape": [2, 2],
+            "chunk_shape": [1, 1],
+            "data_type": "uint8",
+            "dimension_names": ["time", "x"],
+        }
+    }
+    commit_refs(refs_df(spark, virtual_rows([(0, 0), (1, 1)], "/t")), url, arrays=declared)
+    # append_dim grows the shape to hold index 4 along time.
+    commit_refs(refs_df(spark, virtual_rows([(4, 0)], "/t")), url, append_dim="time")
+    repo = Repository.open(url)
+    assert repo.readonly_session().get_node("/t").meta.shape == (5, 2)
+    assert set(ref_map(repo, "/t")) == {(0, 0), (1, 1), (4, 0)}
+    commit_refs(refs_df(spark, virtual_rows([(3, 1)], "/t")), url, mode="overwrite")
+    assert set(ref_map(repo, "/t")) == {(3, 1)}

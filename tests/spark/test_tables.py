@@ -1,0 +1,191 @@
+"""The metadata tables, time travel, array selection, filter pushdown and SQL."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from chispa import assert_df_equality
+
+from icechunk_spark import Repository
+from icechunk_spark.spark.source import spark_schema
+
+from .helpers import expected_chunk_rows, new_repo
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str]]:
+    """A repository with groups, two arrays, three commits on main, a tag and a branch."""
+    url = (tmp_path_factory.mktemp("tables") / "repo").as_uri()
+    repo = new_repo(url)
+    session = repo.writable_session("main")
+    session.create_group("/g", attributes={"title": "group"})
+    session.create_array(
+        "/g/a", (4, 4), (2, 2), "int32", dimension_names=["y", "x"], attributes={"units": "m"}
+    )
+    # 10,000 chunks in its grid: /b goes to the default manifest set, /g/a to "coordinates",
+    # so the two arrays live in different manifests (and different input partitions).
+    session.create_array("/b", (20_000,), (2,), "float64")
+    first = session.commit("arrays", metadata={"by": "test"})
+    session = repo.writable_session("main")
+    for coord in [(0, 0), (1, 1)]:
+        session.set_chunk("/g/a", coord, np.full(4, 7, "<i4").tobytes())
+    second = session.commit("a chunks")
+    session = repo.writable_session("main")
+    session.set_chunk("/b", (2,), np.arange(2, dtype="<f8").tobytes())
+    session.set_chunk("/g/a", (0, 1), b"\x01" * 2000)  # a native chunk (above inline size)
+    third = session.commit("b chunk")
+    repo.create_tag("v1", second)
+    repo.create_branch("dev", first)
+    return url, [first, second, third]
+
+
+def load(spark: Any, url: str, **options: str) -> Any:
+    reader = spark.read.format("icechunk")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load(url)
+
+
+def test_snapshots_table(spark: Any, history: tuple[str, list[str]]) -> None:
+    url, _ = history
+    repo = Repository.open(url)
+    expected = [
+        (s.id, s.parent_id, s.written_at, s.message, json.dumps(dict(s.metadata), sort_keys=True))
+        for s in repo.ancestry(branch="main")
+    ]
+    assert len(expected) == 5
+    assert_df_equality(
+        load(spark, url, table="snapshots"),
+        spark.createDataFrame(expected, spark_schema("snapshots")),
+        ignore_row_order=True,
+    )
+
+
+def test_refs_table(spark: Any, history: tuple[str, list[str]]) -> None:
+    url, _ = history
+    repo = Repository.open(url)
+    expected = [(n, "branch", s) for n, s in repo.list_branches().items()]
+    expected += [(n, "tag", s) for n, s in repo.list_tags().items()]
+    assert_df_equality(
+        load(spark, url, table="refs"),
+        spark.createDataFrame(expected, spark_schema("refs")),
+        ignore_row_order=True,
+    )
+
+
+def test_nodes_table(spark: Any, history: tuple[str, list[str]]) -> None:
+    url, _ = history
+    session = Repository.open(url).readonly_session("main")
+    expected = []
+    for node in session.list_nodes():
+        doc = json.loads(node.zarr_json)
+        meta = node.meta
+        expected.append(
+            (
+                node.path,
+                node.type,
+                list(meta.shape) if meta else None,
+                list(meta.chunk_shape) if meta else None,
+                doc.get("data_type"),
+                list(meta.dimension_names) if meta and meta.dimension_names else None,
+                json.dumps(doc.get("attributes", {}), sort_keys=True),
+                len(session.chunk_coords(node.path)) if meta else None,
+            )
+        )
+    actual = load(spark, url, table="nodes")
+    assert_df_equality(
+        actual, spark.createDataFrame(expected, spark_schema("nodes")), ignore_row_order=True
+    )
+    row = actual.filter("path = '/g/a'").first()
+    assert (row.dtype, row.chunk_count, json.loads(row.attributes)) == ("int32", 3, {"units": "m"})
+
+
+def test_manifests_table(spark: Any, history: tuple[str, list[str]]) -> None:
+    url, _ = history
+    repo = Repository.open(url)
+    by_id: dict[str, list[Any]] = {}
+    for node in repo.readonly_session("main").list_nodes():
+        for m in node.manifests:
+            entry = by_id.setdefault(m.manifest_id, [m.manifest_id, m.set_name, [], 0, None])
+            entry[2] = sorted([*entry[2], node.path])
+            entry[3] += m.ref_count
+    for manifest_id, entry in by_id.items():
+        entry[4] = len(repo.storage.get(f"m/{manifest_id}"))
+    assert by_id
+    assert_df_equality(
+        load(spark, url, table="manifests"),
+        spark.createDataFrame([tuple(e) for e in by_id.values()], spark_schema("manifests")),
+        ignore_row_order=True,
+    )
+
+
+def test_chunks_table_and_time_travel(spark: Any, history: tuple[str, list[str]]) -> None:
+    url, (first, second, _) = history
+    repo = Repository.open(url)
+    schema = spark_schema("chunks")
+    assert_df_equality(
+        load(spark, url),
+        spark.createDataFrame(expected_chunk_rows(repo), schema),
+        ignore_row_order=True,
+    )
+    assert load(spark, url, snapshot=second).count() == 2
+    assert load(spark, url, tag="v1").count() == 2
+    assert load(spark, url, branch="dev").count() == 0
+    assert load(spark, url, snapshot=first).count() == 0
+    as_of = repo.lookup_snapshot(second).written_at.isoformat()
+    assert load(spark, url, as_of=as_of).count() in (2, 4)  # same millisecond as third: 4
+    kinds = {r.kind for r in load(spark, url).collect()}
+    assert kinds == {"inline", "native"}
+
+
+def test_arrays_option_selects_by_regex(spark: Any, history: tuple[str, list[str]]) -> None:
+    url, _ = history
+    rows = load(spark, url, arrays="/g/.*").collect()
+    assert {r.array for r in rows} == {"/g/a"}
+    assert load(spark, url, arrays="/b").count() == 1
+
+
+@pytest.mark.parametrize("pushdown", ["false", "true"])
+def test_filter_on_array(
+    spark: Any, sql_conf: Any, history: tuple[str, list[str]], pushdown: str
+) -> None:
+    url, _ = history
+    sql_conf({"spark.sql.python.filterPushdown.enabled": pushdown})
+    filtered = load(spark, url).filter("array = '/b'")
+    assert [tuple(r.coord) for r in filtered.collect()] == [(2,)]
+    chosen = load(spark, url).filter("array in ('/b', '/nope')")
+    assert chosen.count() == 1
+    # Pushed down, the scan plans partitions only for the manifests of /b.
+    partitions = filtered.rdd.getNumPartitions()
+    everything = load(spark, url).rdd.getNumPartitions()
+    if pushdown == "true":
+        assert partitions < everything
+    else:
+        assert partitions == everything
+
+
+def test_sql_view(spark: Any, history: tuple[str, list[str]]) -> None:
+    url, _ = history
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW c USING icechunk OPTIONS (path '{url}')")
+    spark.sql(
+        f"CREATE OR REPLACE TEMPORARY VIEW n USING icechunk OPTIONS (path '{url}', table 'nodes')"
+    )
+    counts = spark.sql("SELECT array, count(*) AS n FROM c GROUP BY array ORDER BY array").collect()
+    assert [(r.array, r.n) for r in counts] == [("/b", 1), ("/g/a", 3)]
+    joined = spark.sql(
+        "SELECT n.path, n.chunk_count FROM n JOIN (SELECT DISTINCT array FROM c) x "
+        "ON n.path = x.array ORDER BY n.path"
+    ).collect()
+    assert [(r.path, r.chunk_count) for r in joined] == [("/b", 1), ("/g/a", 3)]
+
+
+def test_register_explicitly(spark: Any, history: tuple[str, list[str]]) -> None:
+    from icechunk_spark.spark import register
+
+    register(spark)
+    assert load(spark, history[0], table="refs").count() == 3

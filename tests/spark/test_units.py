@@ -1,0 +1,182 @@
+"""Plain-Python tests of the Spark package's pure parts (no SparkSession)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from icechunk_spark import InvalidInputError, Repository
+from icechunk_spark.format import manifest as manifest_format
+from icechunk_spark.spark import scan, tables
+from icechunk_spark.spark.chunks import ChunkCodec
+from icechunk_spark.spark.options import parse_value, read_target, repo_options
+from icechunk_spark.spark.plan import array_document, declared_arrays, row_kind
+from icechunk_spark.spark.staging import ArrayStaged, Stager
+
+from .helpers import new_repo
+
+
+def test_spark_schemas_match_the_arrow_schemas() -> None:
+    pytest.importorskip("pyspark")
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from icechunk_spark.spark.source import spark_schema
+
+    for name, arrow in tables.SCHEMAS.items():
+        assert to_arrow_schema(spark_schema(name), timezone="UTC").equals(arrow), name
+
+
+def test_chunks_split_by_row_groups_with_ranged_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(manifest_format, "ROW_GROUP_SIZE", 4)  # many row groups from few refs
+    repo = new_repo((tmp_path / "repo").as_uri())
+    session = repo.writable_session("main")
+    for path in ("/a", "/b"):
+        session.create_array(path, (10, 2), (1, 1), "uint8")
+        coords = np.array([(i, j) for i in range(10) for j in range(2)])
+        session.set_chunk_refs(path, {"coord": coords, "inline_data": [b"x"] * 20})
+    session.commit("two arrays in one manifest")
+    nodes = repo.readonly_session().list_nodes()
+    a = scan.select_arrays(nodes, "/a")
+    assert len({m.manifest_id for n in nodes for m in n.manifests}) == 1
+    parts = scan.plan_parts(repo.storage, a, rows_per_partition=8)
+    assert [len(p.row_groups or ()) for p in parts] == [2, 2, 1]  # 5 of the 10 row groups
+    rows = [r for p in parts for b in scan.read_part(repo.storage, p) for r in b.to_pylist()]
+    assert sorted(tuple(r["coord"]) for r in rows) == [(i, j) for i in range(10) for j in range(2)]
+    assert {r["array"] for r in rows} == {"/a"}
+    whole = scan.plan_parts(repo.storage, a, rows_per_partition=100)
+    assert [p.row_groups for p in whole] == [None]
+
+
+def test_codec_round_trip_with_compression() -> None:
+    doc = array_document(
+        {
+            "shape": [4, 4],
+            "chunk_shape": [2, 2],
+            "data_type": "float64",
+            "codecs": [
+                {"name": "bytes", "configuration": {"endian": "big"}},
+                {"name": "gzip", "configuration": {"level": 1}},
+            ],
+        }
+    )
+    codec = ChunkCodec(json.dumps(doc).encode())
+    raw = np.arange(4, dtype="float64").tobytes()
+    (stored,) = codec.encode([raw])
+    assert stored != raw
+    np.testing.assert_array_equal(codec.decode(stored), np.arange(4.0).reshape(2, 2))
+    assert codec.chunk_nbytes == 32
+
+
+def test_options() -> None:
+    options = {
+        "path": "s3://b/r",
+        "storage.endpoint_url": "http://x",
+        "storage.anon": "true",
+        "storage.key": "0123",
+        "authorize_virtual": "file:///a/,s3://b/",
+    }
+    repo = repo_options(options)
+    assert repo.storage_options == {"endpoint_url": "http://x", "anon": True, "key": "0123"}
+    assert repo.authorize_virtual == ("file:///a/", "s3://b/")
+    assert parse_value('{"a": 1}') == {"a": 1}
+    assert read_target({"as_of": "2024-05-01T12:00:00+00:00"}).as_of is not None
+    with pytest.raises(InvalidInputError, match="at most one"):
+        read_target({"branch": "main", "tag": "v1"})
+    with pytest.raises(InvalidInputError, match="no repository"):
+        repo_options({})
+
+
+def test_row_kinds_and_declarations() -> None:
+    assert row_kind(["array", "coord", "data"]) == "data"
+    assert row_kind(["array", "coord", "location", "offset", "length"]) == "virtual"
+    with pytest.raises(InvalidInputError, match="'offset'"):
+        row_kind(["array", "coord", "location"])
+    declared = declared_arrays('{"x/y": {"shape": [4], "chunk_shape": [2], "data_type": "int8"}}')
+    doc = json.loads(declared["/x/y"])
+    assert doc["chunk_grid"]["configuration"]["chunk_shape"] == [2]
+    with pytest.raises(InvalidInputError):
+        declared_arrays('{"/z": {"shape": [4]}}')
+
+
+def test_staged_stats_merge() -> None:
+    one = ArrayStaged.of(np.array([[0, 5], [3, 1]]))
+    one.merge(ArrayStaged.of(np.array([[9, 0]])))
+    assert one.count == 3
+    assert one.lo.tolist() == [0, 0] and one.hi.tolist() == [9, 5]
+    assert [i.tolist() for i in one.indices] == [[0, 3, 9], [0, 1, 5]]
+
+
+def test_chunk_batches_match_the_schema() -> None:
+    refs = manifest_format.conform_refs(
+        pa.table({"coord": pa.array([b"\x00\x00\x00\x01"], pa.binary()), "inline_data": [b"ab"]})
+    )
+    (batch,) = tables.chunk_batches(refs, "/a", 1, "M1")
+    assert batch.schema.equals(tables.CHUNKS)
+    assert batch.to_pylist() == [
+        {
+            "array": "/a",
+            "coord": [1],
+            "kind": "inline",
+            "location": None,
+            "offset": None,
+            "length": 2,
+            "manifest_id": "M1",
+        }
+    ]
+    assert Repository  # the package's public entry point imports without Spark
+
+
+def test_piece_tasks_read_only_the_row_groups_of_their_piece(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver API's manifest step without Spark: stage, plan pieces, write each piece."""
+    from icechunk_spark.spark import staging
+    from icechunk_spark.spark.distributed import piece_tasks, write_piece
+    from icechunk_spark.spark.pieces import plan_layout
+    from icechunk_spark.spark.plan import make_plan, options_from_kwargs
+
+    monkeypatch.setattr(staging, "STAGED_ROW_GROUP", 10)
+    config = {
+        "virtual_chunk_containers": {"file:///data/": {}},
+        "manifests": {
+            "chunk-manifests": {"sets": [{"default": {"max-manifest-size": 20}}], "rules": []}
+        },
+    }
+    url = (tmp_path / "repo").as_uri()
+    repo = new_repo(url, config=config)
+    declared = {"/big": {"shape": [50, 2], "chunk_shape": [1, 1], "data_type": "uint8"}}
+    columns = ["array", "coord", "location", "offset", "length"]
+    plan = make_plan(options_from_kwargs(url, arrays=declared), columns, overwrite=False)
+    plan = replace(plan, sort_staged=True)
+    coords = [[i, j] for i in range(50) for j in range(2)]
+    rows = pa.table(
+        {
+            "array": ["/big"] * 100,
+            "coord": pa.array(coords[::-1], pa.list_(pa.int64())),  # unsorted on purpose
+            "location": [f"file:///data/{i}.bin" for i, _ in coords[::-1]],
+            "offset": [0] * 100,
+            "length": [1] * 100,
+        }
+    )
+    result = Stager(plan, repo.storage, "00000-1").run(iter(rows.to_batches(max_chunksize=30)))
+    (staged_file,) = result.files
+    assert [g.rows for g in staged_file.groups] == [10] * 10
+
+    session = repo.writable_session("main")
+    node = session.create_array("/big", (50, 2), (1, 1), "uint8")
+    layout = plan_layout(node, result.arrays["/big"], repo.manifest_config)
+    assert (layout.axis, layout.chunks_per_split, layout.write) == (0, 10, (0, 1, 2, 3, 4))
+    tasks = piece_tasks(result.files, {"/big": layout})
+    # 20 refs per piece, sorted staging: each piece reads 2 of the 10 row groups.
+    assert [t.staged[0][2] for t in tasks] == [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9)]
+    refs = [write_piece(repo.storage, plan, layout, t) for t in tasks]
+    assert [(r.extent, r.ref_count) for r in refs if r] == [
+        (((10 * p, 10 * p + 10), (0, 2)), 20) for p in range(5)
+    ]

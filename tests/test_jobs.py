@@ -1,0 +1,173 @@
+"""The spark-submit jobs, run as a user runs them, checked through the Python API."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from icechunk_spark import Repository
+from tests.conftest import S3_BUCKET
+
+ROOT = Path(__file__).resolve().parent.parent
+JOBS = ROOT / "jobs"
+SMALL_CUBE = [
+    "--ntime",
+    "8",
+    "--nlat",
+    "19",
+    "--nlon",
+    "36",
+    "--chunk-time",
+    "4",
+    "--chunk-lat",
+    "10",
+    "--chunk-lon",
+    "18",
+    "--partitions",
+    "2",
+]
+
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.slow,
+    # HDF5 chunks use numcodecs (zlib, shuffle), which zarr flags as outside the v3 spec.
+    pytest.mark.filterwarnings("ignore:Numcodecs codecs are not in the Zarr:UserWarning"),
+]
+
+
+def submit(job: str, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    spark_submit = Path(sys.executable).with_name("spark-submit")
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    command = [
+        str(spark_submit),
+        "--properties-file",
+        str(ROOT / "conf" / "spark-defaults.conf"),
+        str(JOBS / job),
+        *args,
+    ]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    if ok:
+        errors = [ln for ln in proc.stderr.splitlines() if " INFO " not in ln]
+        assert proc.returncode == 0, (proc.returncode, "\n".join(errors[-30:]))
+    return proc
+
+
+def summary(proc: subprocess.CompletedProcess[str], job: str) -> dict[str, str]:
+    [line] = [ln for ln in proc.stdout.splitlines() if ln.startswith(f"{job}: snapshot=")]
+    return dict(part.split("=", 1) for part in line.split(": ", 1)[1].split())
+
+
+@pytest.mark.parametrize(
+    "job", ["ingest_datacube.py", "ingest_virtual.py", "append.py", "maintain.py"]
+)
+def test_every_job_has_help(job):
+    proc = subprocess.run(
+        [sys.executable, str(JOBS / job), "--help"], capture_output=True, text=True, cwd=JOBS
+    )
+    assert proc.returncode == 0 and "--repo" in proc.stdout
+
+
+def test_datacube_then_append_then_maintain(tmp_path):
+    url = (tmp_path / "cube").as_uri()
+    first = summary(submit("ingest_datacube.py", "--repo", url, *SMALL_CUBE), "ingest_datacube")
+    repo = Repository.open(url)
+    assert first["snapshot"] == repo.lookup_branch("main") and int(first["arrays"]) == 4
+    ds = xr.open_zarr(repo.readonly_session().store, consolidated=False)
+    assert ds.air_temperature.shape == (8, 19, 36) and not ds.air_temperature.isnull().any()
+    assert ds.air_temperature.attrs["units"] == "K" and ds.attrs["Conventions"] == "CF-1.8"
+    before = ds.air_temperature.load()
+
+    appended = summary(submit("append.py", "--repo", url, "--steps", "4"), "append")
+    after = xr.open_zarr(Repository.open(url).readonly_session().store, consolidated=False)
+    assert after.air_temperature.shape == (12, 19, 36) and after.time.size == 12
+    xr.testing.assert_identical(after.air_temperature.isel(time=slice(0, 8)).load(), before)
+    assert appended["snapshot"] == Repository.open(url).lookup_branch("main")
+
+    bad = submit("append.py", "--repo", url, "--steps", "3", ok=False)
+    assert bad.returncode == 1 and "multiple of the time chunk" in bad.stdout + bad.stderr
+
+    kept = summary(submit("maintain.py", "--repo", url, "--keep-last", "1"), "maintain")
+    repo = Repository.open(url)
+    assert [s.id for s in repo.ancestry()] == [kept["snapshot"]]
+    final = xr.open_zarr(repo.readonly_session().store, consolidated=False)
+    xr.testing.assert_identical(final.air_temperature.load(), after.air_temperature.load())
+
+
+def _sample(folder: Path, days: int, first: int = 0) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            str(JOBS / "ingest_virtual.py"),
+            "--make-sample",
+            str(folder),
+            "--days",
+            str(days),
+            "--first-day",
+            str(first),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=JOBS,
+    )
+
+
+def test_virtual_ingest_appends_new_files_only(tmp_path):
+    data, url = tmp_path / "data", (tmp_path / "repo").as_uri()
+    _sample(data, 4)
+    summary(submit("ingest_virtual.py", "--repo", url, "--files", f"{data}/*.nc"), "ingest_virtual")
+    _sample(data, 2, first=4)
+    second = submit("ingest_virtual.py", "--repo", url, "--files", f"{data}/*.nc")
+    again = submit("ingest_virtual.py", "--repo", url, "--files", f"{data}/*.nc")
+    assert (
+        summary(again, "ingest_virtual")["snapshot"]
+        == summary(second, "ingest_virtual")["snapshot"]
+    )
+    repo = Repository.open(url, authorize_virtual=[data.as_uri() + "/"])
+    assert [s.message for s in repo.ancestry()][:2] == [
+        "ingest 2 new files (6 in all)",
+        "ingest 4 new files (4 in all)",
+    ]
+    ds = xr.open_zarr(repo.readonly_session().store, consolidated=False)
+    direct = xr.combine_by_coords([xr.open_dataset(f) for f in sorted(data.glob("*.nc"))])
+    xr.testing.assert_allclose(ds.tas.load(), direct.tas.load())
+    assert np.array_equal(ds.time.values, direct.time.values)
+    missing = submit(
+        "ingest_virtual.py", "--repo", url, "--files", f"{tmp_path}/nothing*.nc", ok=False
+    )
+    assert missing.returncode == 1 and "no files match" in missing.stdout + missing.stderr
+
+
+def test_virtual_ingest_into_a_repository_on_s3(tmp_path, s3_endpoint):
+    data = tmp_path / "data"
+    _sample(data, 3)
+    url = f"s3://{S3_BUCKET}/jobs-virtual"
+    options = [
+        "--storage-option",
+        "key=testing",
+        "--storage-option",
+        "secret=testing",
+        "--storage-option",
+        f"endpoint_url={s3_endpoint}",
+    ]
+    summary(
+        submit("ingest_virtual.py", "--repo", url, "--files", f"{data}/*.nc", *options),
+        "ingest_virtual",
+    )
+    repo = Repository.open(
+        url,
+        storage_options={"key": "testing", "secret": "testing", "endpoint_url": s3_endpoint},
+        authorize_virtual=[data.as_uri() + "/"],
+    )
+    ds = xr.open_zarr(repo.readonly_session().store, consolidated=False)
+    assert ds.tas.shape == (3, 73, 144) and float(ds.tas.min()) > 200
