@@ -17,6 +17,7 @@ from typing import Any
 from .errors import IcechunkSparkError, InvalidInputError, NotFoundError
 from .repository import Repository
 from .session import Session
+from .storage import parse_storage_options
 
 Handler = Callable[[argparse.Namespace], Any]
 
@@ -58,18 +59,8 @@ def _emit(result: Any, as_json: bool) -> None:
 
 
 # -- opening ----------------------------------------------------------------------------
-def _storage_options(pairs: Sequence[str]) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise InvalidInputError(f"--storage-option {pair!r} must look like key=value")
-        options[key] = value
-    return options
-
-
 def _open(args: argparse.Namespace) -> Repository:
-    return Repository.open(args.url, storage_options=_storage_options(args.storage_option))
+    return Repository.open(args.url, storage_options=parse_storage_options(args.storage_option))
 
 
 def _session(repo: Repository, ref: str | None) -> Session:
@@ -96,7 +87,7 @@ def cmd_init(args: argparse.Namespace) -> dict[str, Any]:
     if args.manifests:
         config = {"manifests": _read_yaml(args.manifests)}
     repo = Repository.create(
-        args.url, config=config, storage_options=_storage_options(args.storage_option)
+        args.url, config=config, storage_options=parse_storage_options(args.storage_option)
     )
     tip = repo.lookup_branch("main")
     return {

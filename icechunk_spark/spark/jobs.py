@@ -11,13 +11,13 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidInputError
 from ..repository import Repository
+from ..storage import parse_storage_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -68,14 +68,7 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def storage_options(pairs: Iterable[str]) -> dict[str, str]:
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise InvalidInputError(f"--storage-option {pair!r} must look like key=value")
-        options[key] = value
-    return options
+storage_options = parse_storage_options  # the jobs' --storage-option KEY=VALUE, like the CLI's
 
 
 def spark_defaults(conf_dir: str) -> dict[str, str]:

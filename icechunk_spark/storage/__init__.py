@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlparse
 
@@ -37,4 +38,23 @@ def open_storage(url: str | Storage, **options: Any) -> Storage:
     )
 
 
-__all__ = ["LocalStorage", "MemoryStorage", "ObjectInfo", "S3Storage", "Storage", "open_storage"]
+def parse_storage_options(pairs: Iterable[str]) -> dict[str, str]:
+    """``["key=value", ...]`` from a command line into storage options."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise InvalidInputError(f"storage option {pair!r} must look like key=value")
+        options[key] = value
+    return options
+
+
+__all__ = [
+    "LocalStorage",
+    "MemoryStorage",
+    "ObjectInfo",
+    "S3Storage",
+    "Storage",
+    "open_storage",
+    "parse_storage_options",
+]
