@@ -51,6 +51,9 @@ bench: $(STAMP)
 	-@$(MAKE) --no-print-directory $(ICECHUNK_VENV)/bin/python
 	$(BIN)/python bench/bench_engine.py
 	$(BIN)/python bench/bench_splitting.py
+	$(BIN)/python bench/bench_zarr.py
+	$(BIN)/python bench/bench_virtual.py --icechunk
+	$(BIN)/python bench/bench_spark.py
 
 clean:
 	rm -rf $(VENV) demo-repo demo-data .pytest_cache .mypy_cache
