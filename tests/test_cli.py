@@ -119,3 +119,12 @@ def test_errors_are_one_line_with_a_nonzero_exit(tmp_path, repo_url):
     assert again.returncode == 1 and "a repository exists at" in again.stderr
     debug = run("log", (tmp_path / "nothing").as_uri(), "--debug", ok=False)
     assert "Traceback" in debug.stderr
+
+
+def test_chunks_plot_writes_a_png(repo_url, tmp_path):
+    png = tmp_path / "inventory.png"
+    counts = run_json("chunks", repo_url, "--array", "/grp/temp", "--plot", str(png))
+    assert counts == {"/grp/temp": {"initialized": 2, "total": 4}}
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
+    missing = run("chunks", repo_url, "--plot", str(png), ok=False)
+    assert missing.returncode == 1 and "--plot needs --array" in missing.stderr
