@@ -5,7 +5,8 @@
 A repository holding N virtual refs in one big variable (time x cell, one ref per chunk, into
 1,000 files with irregular compressed lengths), three coordinate arrays and fifty small arrays,
 on local disk, default manifest config. Figures:
-- cold open + read of the whole `time` coordinate: ms, and manifest bytes read / all (<= 50 ms, <= 1 %)
+- cold open + read of the whole `time` coordinate: ms, and share of manifest bytes read
+  (<= 50 ms, <= 1 %)
 - commit changing one chunk of one small array: ms, manifest bytes written vs that array's manifest
 - commit appending 1,000 refs (one time step) to the big variable: ms (<= 0.5 s)
 - total manifest bytes per ref (<= 4)
@@ -23,14 +24,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from bench.common import print_table, timed  # noqa: E402
-from icechunk_spark import Repository  # noqa: E402
-from icechunk_spark.storage import open_storage  # noqa: E402
-from tests.support.counting import CountingStorage  # noqa: E402
+from bench.common import print_table, timed
+from icechunk_spark import Repository
+from icechunk_spark.storage import open_storage
+from tests.support.counting import CountingStorage
 
 CELLS = 1000
 CONTAINER = "file:///data/"
@@ -63,17 +64,29 @@ def build(url: str, refs: int) -> None:
     for name, size in (("time", steps), ("lat", 180), ("lon", 360)):
         session.create_array(f"/{name}", shape=(size,), chunk_shape=(100,), dtype="float64")
         n = -(-size // 100)
-        session.set_chunk_refs(f"/{name}", {"coord": np.arange(n).reshape(-1, 1), "inline_data": [b"\0" * 800] * n})
+        session.set_chunk_refs(
+            f"/{name}", {"coord": np.arange(n).reshape(-1, 1), "inline_data": [b"\0" * 800] * n}
+        )
     for i in range(50):
         session.create_array(f"/small{i}", shape=(100,), chunk_shape=(10,), dtype="float64")
-        session.set_chunk_refs(f"/small{i}", {"coord": np.arange(10).reshape(-1, 1), "inline_data": [b"\1" * 80] * 10})
-    session.create_array("/var", shape=(steps, CELLS), chunk_shape=(1, 1), dtype="float32", dimension_names=["time", "cell"])
+        session.set_chunk_refs(
+            f"/small{i}", {"coord": np.arange(10).reshape(-1, 1), "inline_data": [b"\1" * 80] * 10}
+        )
+    session.create_array(
+        "/var",
+        shape=(steps, CELLS),
+        chunk_shape=(1, 1),
+        dtype="float32",
+        dimension_names=["time", "cell"],
+    )
     session.set_chunk_refs("/var", virtual_refs(steps))
     session.commit("datacube")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--refs", type=int, default=10_000_000)
     args = parser.parse_args()
     url = Path(tempfile.mkdtemp(prefix="bench-split-")).as_uri()
@@ -102,23 +115,50 @@ def main() -> None:
     session = repo.writable_session()
     steps = args.refs // CELLS
     node = session.get_node("/var")
-    session.set_node_metadata("/var", node.zarr_json.replace(f"[{steps}, {CELLS}]".encode(), f"[{steps + 1}, {CELLS}]".encode()))
+    session.set_node_metadata(
+        "/var",
+        node.zarr_json.replace(f"[{steps}, {CELLS}]".encode(), f"[{steps + 1}, {CELLS}]".encode()),
+    )
     session.set_chunk_refs("/var", virtual_refs(1, first_step=steps, seed=1))
     puts_before = storage.puts["m"]
     append_s, _ = timed(lambda: session.commit("append 1,000 refs"))
 
-    ic_plain, ic_split = icechunk_figures(args.refs, split=False), icechunk_figures(args.refs, split=True)
+    ic_plain, ic_split = (
+        icechunk_figures(args.refs, split=False),
+        icechunk_figures(args.refs, split=True),
+    )
     print_table(
-        f"manifest splitting: {total_refs:,} refs, {len(manifests)} manifests, local disk (build {build_s:.1f} s)",
+        f"manifest splitting: {total_refs:,} refs, {len(manifests)} manifests, local disk "
+        f"(build {build_s:.1f} s)",
         ["benchmark", "icechunk-spark", "target", "Icechunk", "Icechunk split"],
         [
-            ["cold open + read `time`: ms", cold_ms, "<= 50", *_pair(ic_plain, ic_split, "cold_read_time_ms")],
+            [
+                "cold open + read `time`: ms",
+                cold_ms,
+                "<= 50",
+                *_pair(ic_plain, ic_split, "cold_read_time_ms"),
+            ],
             ["  manifest bytes read / all manifest bytes %", read_share * 100, "<= 1", "", ""],
-            ["commit one chunk of one small array: ms", small_s * 1000, "<= 100", *_pair(ic_plain, ic_split, "small_commit_ms")],
+            [
+                "commit one chunk of one small array: ms",
+                small_s * 1000,
+                "<= 100",
+                *_pair(ic_plain, ic_split, "small_commit_ms"),
+            ],
             ["  manifest bytes written", written, f"<= {small_manifest.bytes}", "", ""],
-            ["commit appending 1,000 refs to the big variable: ms", append_s * 1000, "<= 500", *_pair(ic_plain, ic_split, "append_ms")],
+            [
+                "commit appending 1,000 refs to the big variable: ms",
+                append_s * 1000,
+                "<= 500",
+                *_pair(ic_plain, ic_split, "append_ms"),
+            ],
             ["  manifests written by that commit", storage.puts["m"] - puts_before, "", "", ""],
-            ["total manifest bytes per ref", total_bytes / total_refs, "<= 4", *_pair(ic_plain, ic_split, "bytes_per_ref")],
+            [
+                "total manifest bytes per ref",
+                total_bytes / total_refs,
+                "<= 4",
+                *_pair(ic_plain, ic_split, "bytes_per_ref"),
+            ],
         ],
     )
 
@@ -130,8 +170,15 @@ def icechunk_figures(refs: int, split: bool) -> dict[str, float] | None:
     """The same scenario in Icechunk, when its venv exists (``make bench`` builds it)."""
     if not ICECHUNK_PYTHON.exists():
         return None
-    command = [str(ICECHUNK_PYTHON), str(Path(__file__).with_name("icechunk_side.py")), "--refs", str(refs)]
-    out = subprocess.run([*command, *(["--split"] if split else [])], capture_output=True, text=True, check=True)
+    command = [
+        str(ICECHUNK_PYTHON),
+        str(Path(__file__).with_name("icechunk_side.py")),
+        "--refs",
+        str(refs),
+    ]
+    out = subprocess.run(
+        [*command, *(["--split"] if split else [])], capture_output=True, text=True, check=True
+    )
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 

@@ -17,13 +17,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
-import xarray as xr  # noqa: E402
-import zarr  # noqa: E402
-from zarr.storage import LocalStore  # noqa: E402
+import numpy as np
+import xarray as xr
+import zarr
+from zarr.storage import LocalStore
 
-from bench.common import median_seconds, print_table  # noqa: E402
-from icechunk_spark import Repository  # noqa: E402
+from bench.common import median_seconds, print_table
+from icechunk_spark import Repository
 
 CHUNK = (1024, 1024)  # float32: 4 MiB per chunk
 

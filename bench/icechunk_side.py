@@ -23,7 +23,9 @@ CELLS = 1000
 CONTAINER = "file:///data/"
 
 
-def refs(steps: int, first_step: int = 0, seed: int = 0) -> tuple[list[str], np.ndarray, np.ndarray]:
+def refs(
+    steps: int, first_step: int = 0, seed: int = 0
+) -> tuple[list[str], np.ndarray, np.ndarray]:
     n = steps * CELLS
     rng = np.random.default_rng(seed)
     lengths = rng.integers(20_000, 40_000, n).astype(np.uint64)
@@ -38,10 +40,16 @@ def refs(steps: int, first_step: int = 0, seed: int = 0) -> tuple[list[str], np.
 
 def config(split: bool) -> ic.RepositoryConfig:
     cfg = ic.RepositoryConfig.default()
-    cfg.set_virtual_chunk_container(ic.VirtualChunkContainer(CONTAINER, ic.local_filesystem_store("/data")))
+    cfg.set_virtual_chunk_container(
+        ic.VirtualChunkContainer(CONTAINER, ic.local_filesystem_store("/data"))
+    )
     if split:
         splitting = ic.ManifestSplittingConfig.from_dict(
-            {ic.ManifestSplitCondition.path_matches(".*var"): {ic.ManifestSplitDimCondition.Axis(0): 1000}}
+            {
+                ic.ManifestSplitCondition.path_matches(".*var"): {
+                    ic.ManifestSplitDimCondition.Axis(0): 1000
+                }
+            }
         )
         cfg.manifest = ic.ManifestConfig(splitting=splitting)
     return cfg
@@ -59,21 +67,37 @@ def main() -> None:
     session = repo.writable_session("main")
     root = zarr.group(session.store)
     for name, size in (("time", steps), ("lat", 180), ("lon", 360)):
-        root.create_array(name, shape=(size,), chunks=(100,), dtype="float64", compressors=None)[:] = 0.0
+        root.create_array(name, shape=(size,), chunks=(100,), dtype="float64", compressors=None)[
+            :
+        ] = 0.0
     for i in range(50):
-        root.create_array(f"small{i}", shape=(100,), chunks=(10,), dtype="float64", compressors=None)[:] = 1.0
-    root.create_array("var", shape=(steps, CELLS), chunks=(1, 1), dtype="float32", dimension_names=["time", "cell"])
+        root.create_array(
+            f"small{i}", shape=(100,), chunks=(10,), dtype="float64", compressors=None
+        )[:] = 1.0
+    root.create_array(
+        "var",
+        shape=(steps, CELLS),
+        chunks=(1, 1),
+        dtype="float32",
+        dimension_names=["time", "cell"],
+    )
     names, offsets, lengths = refs(steps)
     t0 = time.perf_counter()
-    session.store.set_virtual_refs_arr("var", (steps, CELLS), names, offsets, lengths, validate_containers=False)
+    session.store.set_virtual_refs_arr(
+        "var", (steps, CELLS), names, offsets, lengths, validate_containers=False
+    )
     set_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     session.commit("datacube")
     commit_s = time.perf_counter() - t0
-    manifest_bytes = sum(p.stat().st_size for p in Path(path, "manifests").rglob("*") if p.is_file())
+    manifest_bytes = sum(
+        p.stat().st_size for p in Path(path, "manifests").rglob("*") if p.is_file()
+    )
 
     t0 = time.perf_counter()
-    reader = ic.Repository.open(ic.local_filesystem_storage(path), config(args.split)).readonly_session("main")
+    reader = ic.Repository.open(
+        ic.local_filesystem_storage(path), config(args.split)
+    ).readonly_session("main")
     zarr.open_array(reader.store, path="time", mode="r")[:]
     cold_ms = (time.perf_counter() - t0) * 1000
 
@@ -87,13 +111,23 @@ def main() -> None:
     zarr.open_array(session.store, path="var").resize((steps + 1, CELLS))
     names, offsets, lengths = refs(1, first_step=steps, seed=1)
     t0 = time.perf_counter()
-    session.store.set_virtual_refs_arr("var", (1, CELLS), names, offsets, lengths, validate_containers=False, arr_offset=(steps, 0))
+    session.store.set_virtual_refs_arr(
+        "var", (1, CELLS), names, offsets, lengths, validate_containers=False, arr_offset=(steps, 0)
+    )
     session.commit("append 1,000 refs")
     append_ms = (time.perf_counter() - t0) * 1000
-    print(json.dumps({
-        "set_refs_s": set_s, "commit_s": commit_s, "bytes_per_ref": manifest_bytes / args.refs,
-        "cold_read_time_ms": cold_ms, "small_commit_ms": small_ms, "append_ms": append_ms,
-    }))
+    print(
+        json.dumps(
+            {
+                "set_refs_s": set_s,
+                "commit_s": commit_s,
+                "bytes_per_ref": manifest_bytes / args.refs,
+                "cold_read_time_ms": cold_ms,
+                "small_commit_ms": small_ms,
+                "append_ms": append_ms,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":
