@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .format.coords import coord_keys, keys_to_coords
-from .format.manifest import REF_SCHEMA, conform_refs, merge_refs
+from .format.manifest import REF_SCHEMA, conform_refs, merge_refs, with_array_id
 from .format.structure import ManifestRef, Node
 from .snapshot import ChunkRef, row_ref
 
@@ -68,10 +68,7 @@ class ArrayChanges:
         out = list(self.tables)
         if self.pending:
             out.append(pending_table(self.pending))
-        return [
-            t.set_column(0, "array_id", pa.array(np.full(t.num_rows, node_id, np.uint64)))
-            for t in out
-        ]
+        return [with_array_id(t, node_id) for t in out]
 
     def changed_coords(self) -> pa.Array:
         """Every coord this session wrote or deleted, once each, sorted.

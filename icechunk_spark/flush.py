@@ -16,7 +16,7 @@ import pyarrow as pa
 from .changes import ChangeSet
 from .format.coords import decode_coords
 from .format.ids import new_object_id
-from .format.manifest import attach_stats, encode_manifest, merge_refs
+from .format.manifest import attach_stats, encode_manifest, merge_refs, with_array_id
 from .format.structure import ManifestRef, Node, encode_structure, make_node
 from .format.txlog import NodeChange, chunk_changes, encode_txlog
 from .snapshot import SnapshotView, attributes_key, manifest_key, structure_key, txlog_key
@@ -119,7 +119,7 @@ def write_array_manifest(
     Used by flush for split pieces, and by Spark executors that write manifests in parallel.
     """
     refs = merge_refs([refs], ndim)
-    refs = refs.set_column(0, "array_id", pa.array(np.full(refs.num_rows, node_id, np.uint64)))
+    refs = with_array_id(refs, node_id)
     manifest_id = new_object_id()
     storage.put(manifest_key(manifest_id), encode_manifest(refs, presorted=True))
     return ManifestRef(manifest_id, coords_extent(refs, ndim), int(refs.num_rows), set_name)
@@ -216,16 +216,16 @@ def _write_manifests(
             refs = refs_for(node_id)
             if refs.num_rows == 0:
                 continue
-            refs = refs.set_column(
-                0, "array_id", pa.array(np.full(refs.num_rows, node_id, np.uint64))
-            )
+            refs = with_array_id(refs, node_id)
+            meta = arrays[node_id].meta
+            assert meta is not None
             tables.append(refs)
             out.append(
                 (
                     node_id,
                     ManifestRef(
                         manifest_id,
-                        _extent(refs, arrays[node_id]),
+                        coords_extent(refs, meta.ndim),
                         refs.num_rows,
                         manifest.set_name,
                     ),
@@ -245,11 +245,6 @@ def _write_manifests(
         for node_id, ref in pairs:
             result.setdefault(node_id, []).append(ref)
     return result
-
-
-def _extent(refs: pa.Table, node: Node) -> tuple[tuple[int, int], ...]:
-    assert node.meta is not None
-    return coords_extent(refs, node.meta.ndim)
 
 
 def coords_extent(refs: pa.Table, ndim: int) -> tuple[tuple[int, int], ...]:

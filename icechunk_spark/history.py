@@ -125,12 +125,7 @@ def _resolve(
         raise InvalidInputError(
             f"give exactly one of {side}_snapshot_id, {side}_branch and {side}_tag (got {shown})"
         )
-    if branch is not None:
-        return state.branch(branch).snapshot_id
-    if tag is not None:
-        return state.tag(tag).snapshot_id
-    assert snapshot_id is not None
-    return state.snapshot(snapshot_id).id
+    return state.resolve(branch, tag, snapshot_id)
 
 
 def _chunks_changed(old: SnapshotView, new: SnapshotView, a: Node | None, b: Node | None) -> int:

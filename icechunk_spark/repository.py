@@ -196,20 +196,13 @@ class Repository:
         as_of: datetime | None = None,
     ) -> Session:
         """A read-only session at a branch tip, a tag, a snapshot, or a branch as of a time."""
-        chosen = [x for x in (tag, snapshot_id) if x is not None]
-        if len(chosen) > 1 or (chosen and branch is not None):
-            raise InvalidInputError("give at most one of branch, tag and snapshot_id")
         state = self.state()
-        if tag is not None:
-            target = state.tag(tag).snapshot_id
-        elif snapshot_id is not None:
-            target = state.snapshot(snapshot_id).id
-        else:
-            target = state.branch(branch or DEFAULT_BRANCH).snapshot_id
+        target = state.resolve(branch, tag, snapshot_id, DEFAULT_BRANCH)
         if as_of is not None:
             target = self._as_of(state, target, as_of)
         view = self._view_with_preload(target, state)
-        return Session(self, view, branch if not chosen else None, read_only=True)
+        on_branch = None if tag is not None or snapshot_id is not None else branch
+        return Session(self, view, on_branch, read_only=True)
 
     def _as_of(self, state: State, tip: str, as_of: datetime) -> str:
         if as_of.tzinfo is None:
@@ -268,8 +261,8 @@ class Repository:
     ) -> list[ManifestInfo]:
         """Every manifest of a snapshot (default: the tip of ``branch`` or main)."""
         state = self.state()
-        target = snapshot_id or state.branch(branch or DEFAULT_BRANCH).snapshot_id
-        view = self.snapshot_view(state.snapshot(target).id, state)
+        target = state.resolve(branch, None, snapshot_id, DEFAULT_BRANCH)
+        view = self.snapshot_view(target, state)
         members: dict[str, list[Node]] = {}
         refs: dict[str, int] = {}
         set_names: dict[str, str] = {}
@@ -376,16 +369,8 @@ class Repository:
         self, *, branch: str | None = None, tag: str | None = None, snapshot_id: str | None = None
     ) -> Iterator[SnapshotInfo]:
         """Snapshots from the given one back to the first, newest first."""
-        if sum(x is not None for x in (branch, tag, snapshot_id)) > 1:
-            raise InvalidInputError("give at most one of branch, tag and snapshot_id")
         state = self.state()
-        if tag is not None:
-            start = state.tag(tag).snapshot_id
-        elif snapshot_id is not None:
-            start = state.snapshot(snapshot_id).id
-        else:
-            start = state.branch(branch or DEFAULT_BRANCH).snapshot_id
-        yield from _walk(state, start)
+        yield from _walk(state, state.resolve(branch, tag, snapshot_id, DEFAULT_BRANCH))
 
     def diff(
         self,

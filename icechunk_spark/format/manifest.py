@@ -92,6 +92,11 @@ def _identity(table: pa.Table) -> pa.ChunkedArray:
     return pc.binary_join_element_wise(table.column("coord").cast(pa.binary()), where, b"\x00")
 
 
+def with_array_id(refs: pa.Table, array_id: int) -> pa.Table:
+    """``refs`` (conformed: ``array_id`` first) with every row belonging to ``array_id``."""
+    return refs.set_column(0, "array_id", pa.array(np.full(refs.num_rows, array_id, np.uint64)))
+
+
 def is_tombstone(table: pa.Table) -> pa.ChunkedArray:
     return pc.and_(
         pc.and_(pc.is_null(table.column("inline_data")), pc.is_null(table.column("chunk_id"))),

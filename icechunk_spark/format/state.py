@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from ..errors import FormatError, NotFoundError
+from ..errors import FormatError, InvalidInputError, NotFoundError
 
 FORMAT_VERSION = 1
 RefType = Literal["branch", "tag"]
@@ -76,6 +76,26 @@ class State:
         if ref is None or ref.type != "tag":
             raise NotFoundError(f"tag {name!r} not found; tags: {sorted(self.tags())}")
         return ref
+
+    def resolve(
+        self,
+        branch: str | None = None,
+        tag: str | None = None,
+        snapshot_id: str | None = None,
+        default_branch: str = "main",
+    ) -> str:
+        """The snapshot id named by at most one of branch, tag and snapshot id.
+
+        None given means the tip of ``default_branch``. Raises ``NotFoundError`` for an
+        unknown name and ``InvalidInputError`` when more than one is given.
+        """
+        if sum(x is not None for x in (branch, tag, snapshot_id)) > 1:
+            raise InvalidInputError("give at most one of branch, tag and snapshot_id")
+        if tag is not None:
+            return self.tag(tag).snapshot_id
+        if snapshot_id is not None:
+            return self.snapshot(snapshot_id).id
+        return self.branch(branch or default_branch).snapshot_id
 
     def branches(self) -> dict[str, str]:
         return {r.name: r.snapshot_id for r in self.refs.values() if r.type == "branch"}
