@@ -1,7 +1,9 @@
 """The ``icechunk-spark`` command: look at and maintain repositories from a terminal.
 
 Every command takes the repository URL first. ``--json`` prints machine-readable output;
-errors print one line and exit non-zero (``--debug`` shows the traceback).
+errors print one line and exit non-zero (``--debug`` shows the traceback). Long operations
+(``gc``, ``import``, ``rewrite-manifests``) draw progress bars on stderr when it is a terminal
+(``--progress`` / ``--no-progress`` to choose).
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from .errors import IcechunkSparkError, InvalidInputError, NotFoundError
+from .progress import SILENT, Progress
 from .repository import Repository
 from .session import Session
 from .storage import parse_storage_options
@@ -79,6 +84,31 @@ def _session(repo: Repository, ref: str | None) -> Session:
 
 def _snapshot_of(repo: Repository, ref: str) -> str:
     return _session(repo, ref).snapshot_id
+
+
+class _Bars:
+    """Draws each stage of a long operation as a tqdm bar on stderr (stdout stays parseable)."""
+
+    def __init__(self) -> None:
+        self._bar: tqdm[Any] | None = None
+
+    def begin(self, stage: str, total: int | None) -> None:
+        if total != 0:  # a stage with nothing to do (say, no new snapshot) is not worth a bar
+            self._bar = tqdm(total=total, desc=stage, file=sys.stderr, dynamic_ncols=True)
+
+    def advance(self, n: int = 1) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def end(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def _progress(args: argparse.Namespace) -> Progress:
+    wanted = args.progress if args.progress is not None else sys.stderr.isatty()
+    return _Bars() if wanted else SILENT
 
 
 # -- commands ---------------------------------------------------------------------------
@@ -279,7 +309,7 @@ def cmd_expire(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_gc(args: argparse.Namespace) -> dict[str, Any]:
     repo = _open(args)
-    summary = repo.garbage_collect(_cutoff(args), dry_run=args.dry_run)
+    summary = repo.garbage_collect(_cutoff(args), dry_run=args.dry_run, progress=_progress(args))
     data = {k: getattr(summary, k) for k in summary.__dataclass_fields__}
     verb = "would delete" if args.dry_run else "deleted"
     return {
@@ -287,6 +317,53 @@ def cmd_gc(args: argparse.Namespace) -> dict[str, Any]:
         + ", ".join(f"{k}={v}" for k, v in data.items()),
         "json": data,
     }
+
+
+def cmd_import(args: argparse.Namespace) -> dict[str, Any]:
+    from .virtual.ingest import folder_of, ingest_files, list_files, open_for_files, plan_ingest
+
+    file_options = parse_storage_options(args.files_option)
+    found = list_files(args.files, file_options)
+    repo = open_for_files(
+        args.url,
+        args.container or folder_of(found),
+        file_options,
+        parse_storage_options(args.storage_option),
+    )
+    plan = plan_ingest(repo, found, args.branch)
+    if not plan.new:
+        tip = repo.lookup_branch(args.branch)
+        data = {"snapshot": tip, "files": len(plan.files), "new_files": 0, "committed": False}
+        text = f"no new files among {len(found)}; {args.branch} stays at {tip}"
+        return {"text": text, "json": data}
+    snapshot = ingest_files(
+        repo,
+        plan,
+        concat_dim=args.concat_dim,
+        group=args.group,
+        file_options=file_options,
+        message=args.message,
+        progress=_progress(args),
+    )
+    data = {
+        "snapshot": snapshot,
+        "files": len(plan.files),
+        "new_files": len(plan.new),
+        "committed": True,
+    }
+    text = f"imported {len(plan.new)} new files ({len(plan.files)} in all) as snapshot {snapshot}"
+    return {"text": text, "json": data}
+
+
+def cmd_rewrite_manifests(args: argparse.Namespace) -> dict[str, Any]:
+    from .splitting import parse_config
+
+    repo = _open(args)
+    config = parse_config(Path(args.file).read_text()) if args.file else repo.manifest_config
+    snapshot = repo.rewrite_manifests(config, args.message, args.branch, progress=_progress(args))
+    manifests = repo.manifests(snapshot)
+    data = {"snapshot": snapshot, "manifests": len(manifests)}
+    return {"text": f"rewrote {len(manifests)} manifests as snapshot {snapshot}", "json": data}
 
 
 def _cutoff(args: argparse.Namespace) -> datetime:
@@ -315,9 +392,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    common.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bars on stderr (default: when stderr is a terminal)",
+    )
 
     parser = argparse.ArgumentParser(prog="icechunk-spark", description=__doc__)
-    parser.set_defaults(json=False, debug=False)
+    parser.set_defaults(json=False, debug=False, progress=None)
     sub = parser.add_subparsers(required=True, metavar="command")
 
     def add(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
@@ -375,6 +458,32 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--delete-tags", action="store_true")
         else:
             p.add_argument("--dry-run", action="store_true")
+    p = add(
+        "import",
+        cmd_import,
+        "import NetCDF4/HDF5 files as one virtual dataset, appending files not referenced yet",
+    )
+    p.add_argument("files", help="glob of files: a local path, file:// or s3://")
+    p.add_argument("--concat-dim", default="time", help="dimension to concatenate along")
+    p.add_argument("--group", default="/", help="group holding the dataset")
+    p.add_argument("--container", help="virtual chunk container (default: the files' folder)")
+    p.add_argument(
+        "--files-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="fsspec option for reading the files (repeatable)",
+    )
+    p.add_argument("--branch", default="main")
+    p.add_argument("-m", "--message")
+    p = add(
+        "rewrite-manifests",
+        cmd_rewrite_manifests,
+        "repack every manifest in one commit, under a new manifest config if given",
+    )
+    p.add_argument("file", nargs="?", help="manifest config YAML (default: the repository's)")
+    p.add_argument("--branch", default="main")
+    p.add_argument("-m", "--message", default="rewrite manifests")
     return parser
 
 

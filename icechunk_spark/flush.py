@@ -19,6 +19,7 @@ from .format.ids import new_object_id
 from .format.manifest import attach_stats, encode_manifest, merge_refs, with_array_id
 from .format.structure import ManifestRef, Node, encode_structure, make_node
 from .format.txlog import NodeChange, chunk_changes, encode_txlog
+from .progress import Progress, track
 from .snapshot import SnapshotView, attributes_key, manifest_key, structure_key, txlog_key
 from .splitting import (
     ArrayStats,
@@ -58,9 +59,11 @@ def build_snapshot(
     manifest_config: ManifestConfig,
     pool: ThreadPoolExecutor,
     chunk_stats: Mapping[int, pa.Table] | None = None,
+    progress: Progress | None = None,
 ) -> BuiltSnapshot:
     """Write a snapshot's files; ``chunk_stats`` (node id -> statistics of chunks written in
-    the session, see ``format.manifest.attach_stats``) become ``stat_*`` manifest columns."""
+    the session, see ``format.manifest.attach_stats``) become ``stat_*`` manifest columns.
+    ``progress`` hears one stage per batch of manifests written."""
     stats = chunk_stats or {}
     nodes = current_nodes(base, changes)
     arrays = {n.id: n for n in nodes.values() if n.type == "array"}
@@ -82,10 +85,20 @@ def build_snapshot(
     plan = plan_manifests(counts, existing, modified, manifest_config, created - own)
 
     written: list[str] = []
-    new_refs = _write_manifests(storage, pool, plan.new_manifests, arrays, base, merged, written)
+    new_refs = _write_manifests(
+        storage, pool, plan.new_manifests, arrays, base, merged, written, progress
+    )
     for node_id, spec in splits.items():
         new_refs[node_id] = _write_split_array(
-            storage, pool, base, changes, arrays[node_id], spec, written, stats.get(node_id)
+            storage,
+            pool,
+            base,
+            changes,
+            arrays[node_id],
+            spec,
+            written,
+            stats.get(node_id),
+            progress,
         )
     for node_id in own - set(splits):
         new_refs[node_id] = list(changes.attached[node_id])
@@ -201,6 +214,7 @@ def _write_manifests(
     base: SnapshotView,
     merged: Mapping[int, pa.Table],
     written: list[str],
+    progress: Progress | None,
 ) -> dict[int, list[ManifestRef]]:
     def refs_for(node_id: int) -> pa.Table:
         if node_id in merged:
@@ -241,7 +255,8 @@ def _write_manifests(
         return out
 
     result: dict[int, list[ManifestRef]] = {}
-    for pairs in pool.map(write_one, planned):
+    done = pool.map(write_one, planned)
+    for pairs in track(progress, "writing manifests", done, len(planned)):
         for node_id, ref in pairs:
             result.setdefault(node_id, []).append(ref)
     return result
@@ -312,6 +327,7 @@ def _write_split_array(
     spec: SplitSpec,
     written: list[str],
     stats: pa.Table | None = None,
+    progress: Progress | None = None,
 ) -> list[ManifestRef]:
     """Rewrite only the pieces the session touched; keep the others' manifests as they are."""
     assert node.meta is not None
@@ -360,7 +376,9 @@ def _write_split_array(
         written.append(manifest_key(ref.manifest_id))
         return ref
 
-    new = [r for r in pool.map(write_piece, sorted(touched)) if r is not None]
+    done = pool.map(write_piece, sorted(touched))
+    stage = f"writing manifests of {node.path}"
+    new = [r for r in track(progress, stage, done, len(touched)) if r is not None]
     return sorted([*kept, *new], key=lambda m: m.extent)
 
 

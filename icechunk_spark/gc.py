@@ -42,7 +42,7 @@ Run one maintenance operation (expiry, GC) at a time; commits and reads may go o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -52,6 +52,7 @@ from .format.parquet import read_parquet_bytes
 from .format.state import SnapshotInfo, State, decode_state
 from .format.structure import StructureRow, decode_structure
 from .history import utc_ms
+from .progress import SILENT, Progress, track
 from .refs import HINT_KEY, STATE_PREFIX, read_latest_state
 from .snapshot import attributes_key, chunk_key, manifest_key, structure_key, txlog_key
 from .storage import ObjectInfo, Storage
@@ -71,6 +72,7 @@ _KINDS = {
     STATE_PREFIX: "state_files_deleted",
 }
 _TEMP_PREFIX = ".tmp-"
+_DELETE_BATCH = 1000  # S3 DeleteObjects' limit; also the step of the progress report
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,13 +110,18 @@ class _Reachable:
 
 
 def garbage_collect(
-    repo: Repository, delete_object_older_than: datetime, *, dry_run: bool = False
+    repo: Repository,
+    delete_object_older_than: datetime,
+    *,
+    dry_run: bool = False,
+    progress: Progress | None = None,
 ) -> GCSummary:
     """Delete objects unreachable from every listed snapshot and older than the cut-off.
 
     Expire snapshots first (``expire_snapshots``) to make their files unreachable. A naive
     ``delete_object_older_than`` is taken as UTC. With ``dry_run`` nothing is deleted and the
-    summary says what would be.
+    summary says what would be. ``progress`` hears the stages: reading snapshots, reading
+    manifests, listing objects, deleting objects.
 
     >>> summary = garbage_collect(repo, datetime.now(UTC) - timedelta(days=1))  # doctest: +SKIP
     >>> summary.bytes_deleted                                                  # doctest: +SKIP
@@ -129,11 +136,11 @@ def garbage_collect(
     state = read_latest_state(storage)
     keep_states_from = min(state.generation, _hint_generation(storage, state))
     reachable = _Reachable()
-    _mark(storage, repo.pool, state.snapshots.values(), reachable)
+    _mark(storage, repo.pool, state.snapshots.values(), reachable, progress)
 
     garbage = [
         info
-        for prefix in _KINDS
+        for prefix in track(progress, "listing objects", _KINDS, len(_KINDS))
         for info in storage.list(prefix)
         if _is_garbage(info, reachable, cutoff_ms, keep_states_from)
     ]
@@ -141,12 +148,24 @@ def garbage_collect(
     # Commits may have landed while we listed; they may reference objects their sessions wrote
     # before the cut-off. Keep whatever the snapshots listed now reach (see the docstring, 3.).
     latest = read_latest_state(storage)
-    _mark(storage, repo.pool, latest.snapshots.values(), reachable)
+    _mark(storage, repo.pool, latest.snapshots.values(), reachable, progress)
     garbage = [info for info in garbage if info.key not in reachable.keys]
 
     if not dry_run:
-        storage.delete(info.key for info in garbage)
+        _delete(storage, [info.key for info in garbage], progress)
     return _summarize(garbage)
+
+
+def _delete(storage: Storage, keys: Sequence[str], progress: Progress | None) -> None:
+    batches = (keys[i : i + _DELETE_BATCH] for i in range(0, len(keys), _DELETE_BATCH))
+    reporter = progress or SILENT
+    reporter.begin("deleting objects", len(keys))
+    try:
+        for batch in batches:
+            storage.delete(batch)
+            reporter.advance(len(batch))
+    finally:
+        reporter.end()
 
 
 def _hint_generation(storage: Storage, latest: State) -> int:
@@ -157,12 +176,19 @@ def _hint_generation(storage: Storage, latest: State) -> int:
 
 
 def _mark(
-    storage: Storage, pool: Executor, snapshots: Iterable[SnapshotInfo], reachable: _Reachable
+    storage: Storage,
+    pool: Executor,
+    snapshots: Iterable[SnapshotInfo],
+    reachable: _Reachable,
+    progress: Progress | None,
 ) -> None:
     """Add what ``snapshots`` reach to ``reachable``; snapshots walked before are skipped."""
     todo = [s for s in snapshots if s.id not in reachable.snapshots]
     manifests: set[str] = set()
-    for info, rows in zip(todo, pool.map(lambda s: _structure_rows(storage, s), todo), strict=True):
+    structures = pool.map(lambda s: _structure_rows(storage, s), todo)
+    for info, rows in track(
+        progress, "reading snapshots", zip(todo, structures, strict=True), len(todo)
+    ):
         reachable.snapshots.add(info.id)
         reachable.keys.update((structure_key(info.structure_file), txlog_key(info.id)))
         for row in rows:
@@ -171,7 +197,8 @@ def _mark(
             manifests.update(m.manifest_id for m in row.manifests)
     # A manifest is shared by many snapshots: read each once, and only its chunk_id column.
     new = sorted(m for m in manifests if manifest_key(m) not in reachable.keys)
-    for chunk_ids in pool.map(lambda m: _chunk_ids(storage, m), new):
+    chunk_id_lists = pool.map(lambda m: _chunk_ids(storage, m), new)
+    for chunk_ids in track(progress, "reading manifests", chunk_id_lists, len(new)):
         reachable.keys.update(chunk_key(c) for c in chunk_ids)
     reachable.keys.update(manifest_key(m) for m in new)
 

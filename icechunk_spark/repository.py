@@ -17,6 +17,7 @@ from .format.ids import new_object_id
 from .format.state import Ref, SnapshotInfo, State
 from .format.structure import Node, encode_structure
 from .preload import start_preload
+from .progress import Progress, track
 from .refs import publish_state, read_latest_state, state_key, update_state
 from .session import Session
 from .snapshot import ChunkRef, ManifestCache, SnapshotView, chunk_key, structure_key
@@ -288,13 +289,24 @@ class Repository:
         config: ManifestConfig | Mapping[str, Any] | str,
         message: str,
         branch: str = DEFAULT_BRANCH,
+        *,
+        progress: Progress | None = None,
     ) -> str:
-        """Store a new manifest config and repack every manifest under it, in one commit."""
+        """Store a new manifest config and repack every manifest under it, in one commit.
+
+        ``progress`` hears the stages: reading manifests, then writing them.
+        """
         parsed = config if isinstance(config, ManifestConfig) else parse_config(config)
         self.set_config({"manifests": parsed.to_dict()})
         session = self.writable_session(branch)
         session.repack_manifests()
-        return session.commit(message, {"rewrite_manifests": True})
+        # Read every manifest up front, in parallel, so the (cached) reads are a stage of
+        # their own rather than hidden in the commit's writes.
+        ids = sorted({m.manifest_id for n in session.list_nodes() for m in n.manifests})
+        fetched = self.pool.map(self.manifest_cache.get, ids)
+        for _ in track(progress, "reading manifests", fetched, len(ids)):
+            pass
+        return session.commit(message, {"rewrite_manifests": True}, progress=progress)
 
     # -- branches and tags ----------------------------------------------------------------
     def list_branches(self) -> dict[str, str]:
@@ -409,10 +421,16 @@ class Repository:
         )
 
     def garbage_collect(
-        self, delete_object_older_than: datetime, *, dry_run: bool = False
+        self,
+        delete_object_older_than: datetime,
+        *,
+        dry_run: bool = False,
+        progress: Progress | None = None,
     ) -> gc.GCSummary:
         """Delete objects no listed snapshot reaches and older than the cut-off."""
-        return gc.garbage_collect(self, delete_object_older_than, dry_run=dry_run)
+        return gc.garbage_collect(
+            self, delete_object_older_than, dry_run=dry_run, progress=progress
+        )
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)

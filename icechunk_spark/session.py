@@ -41,6 +41,7 @@ from .inventory import (
     encoded_chunk_stats,
     stats_enabled,
 )
+from .progress import Progress
 from .refs import update_state
 from .snapshot import ChunkRef, SnapshotView, chunk_key, txlog_key
 
@@ -494,11 +495,12 @@ class Session:
         metadata: Mapping[str, Any] | None = None,
         *,
         on_conflict: OnConflict = "fail",
+        progress: Progress | None = None,
     ) -> str:
         """Atomically publish the changes as a new snapshot on the session's branch.
 
         If the branch moved since the session started, non-overlapping changes are rebased onto
-        the new tip. Returns the new snapshot id.
+        the new tip. Returns the new snapshot id. ``progress`` hears the manifests being written.
 
         Raises:
             ConflictError: our changes overlap a concurrent commit (and ``on_conflict`` is
@@ -524,6 +526,7 @@ class Session:
                 self._repo.manifest_config,
                 self._repo.pool,
                 self._stats.tables(),
+                progress,
             )
             try:
                 update_state(

@@ -11,18 +11,22 @@ never ingested twice and a re-run with nothing new commits nothing.
 
 from __future__ import annotations
 
-import glob
 import sys
 from pathlib import Path
-from typing import Any
 
-import fsspec
 import numpy as np
 
 from icechunk_spark.errors import InvalidInputError
 from icechunk_spark.repository import Repository
 from icechunk_spark.spark.jobs import base_parser, run, spark_session, storage_options
-from icechunk_spark.virtual import import_netcdf, scan_netcdf
+from icechunk_spark.virtual import (
+    ingest_files,
+    list_files,
+    open_for_files,
+    plan_ingest,
+    scan_netcdf,
+)
+from icechunk_spark.virtual.ingest import folder_of
 
 
 def make_sample(folder: str, days: int, first_day: int = 0) -> list[str]:
@@ -56,30 +60,6 @@ def make_sample(folder: str, days: int, first_day: int = 0) -> list[str]:
     return paths
 
 
-def as_url(path: str) -> str:
-    return path if "://" in path else Path(path).absolute().as_uri()
-
-
-def list_files(pattern: str, options: dict[str, Any]) -> list[str]:
-    if "://" in pattern and not pattern.startswith("file://"):
-        fs, _ = fsspec.core.url_to_fs(pattern, **options)
-        protocol = pattern.split("://", 1)[0]
-        return [f"{protocol}://{p}" for p in sorted(fs.glob(pattern))]
-    local = pattern.removeprefix("file://")
-    return [as_url(p) for p in sorted(glob.glob(local))]
-
-
-def referenced_files(repo: Repository, branch: str) -> set[str]:
-    """Every file the branch's virtual refs already point into."""
-    session = repo.readonly_session(branch=branch)
-    files: set[str] = set()
-    for node in session.list_nodes():
-        if node.type == "array":
-            paths = session.chunk_refs(node.path).column("virtual_path").drop_null().unique()
-            files.update(paths.to_pylist())
-    return files
-
-
 def main() -> int:
     parser = base_parser(__doc__)
     parser.add_argument("--files", help="glob of NetCDF4/HDF5 files (local path, file:// or s3://)")
@@ -111,44 +91,32 @@ def main() -> int:
             raise InvalidInputError("--files is required (a glob of NetCDF files)")
         file_options = storage_options(args.files_option)
         found = list_files(args.files, file_options)
-        if not found:
-            raise InvalidInputError(f"no files match {args.files!r}")
-        container = args.container or found[0].rsplit("/", 1)[0] + "/"
-        config = {"virtual_chunk_containers": {container: file_options}}
-        repo = Repository.open_or_create(
+        repo = open_for_files(
             args.repo,
-            config=config,
-            storage_options=storage_options(args.storage_option),
-            authorize_virtual={container: file_options},
+            args.container or folder_of(found),
+            file_options,
+            storage_options(args.storage_option),
         )
-        if container not in repo.config.virtual_chunk_containers:  # an existing repository
-            containers = {**repo.config.virtual_chunk_containers, container: file_options}
-            repo.set_config({"virtual_chunk_containers": containers})
-        known = referenced_files(repo, args.branch)
-        files = sorted(known | set(found))
-        if set(files) == known:
+        plan = plan_ingest(repo, found, args.branch)
+        if not plan.new:
             print(f"ingest_virtual: no new files among {len(found)}", file=sys.stderr)
             return repo, repo.lookup_branch(args.branch)
         spark = spark_session("ingest_virtual", args)
         scans = (
-            spark.sparkContext.parallelize(files, min(len(files), 64))
+            spark.sparkContext.parallelize(plan.files, min(len(plan.files), 64))
             .map(lambda url: scan_netcdf(url, storage_options=file_options))
             .collect()
         )
-        session = repo.writable_session(args.branch)
-        import_netcdf(
-            session,
-            files,
-            args.concat_dim,
-            args.group,
-            storage_options=file_options,
-            overwrite=True,
+        snapshot = ingest_files(
+            repo,
+            plan,
+            concat_dim=args.concat_dim,
+            group=args.group,
+            file_options=file_options,
             scans=scans,
+            message=args.message,
         )
-        new = len(files) - len(known)
-        return repo, session.commit(
-            args.message or f"ingest {new} new files ({len(files)} in all)", {"files": len(files)}
-        )
+        return repo, snapshot
 
     return run("ingest_virtual", body)
 

@@ -128,3 +128,73 @@ def test_chunks_plot_writes_a_png(repo_url, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
     missing = run("chunks", repo_url, "--plot", str(png), ok=False)
     assert missing.returncode == 1 and "--plot needs --array" in missing.stderr
+
+
+def test_gc_draws_progress_bars_on_stderr_and_keeps_stdout_json(repo_url):
+    run_json("expire", repo_url, "--days", "0")
+    proc = run("gc", repo_url, "--days", "0", "--json", "--progress")
+    assert json.loads(proc.stdout)["structures_deleted"] >= 1
+    for stage in ("reading snapshots", "listing objects", "deleting objects"):
+        assert stage in proc.stderr
+    assert "100%" in proc.stderr
+    quiet = run("gc", repo_url, "--days", "0")  # stderr is a pipe here: no bars by default
+    assert quiet.stderr == ""
+
+
+@pytest.mark.filterwarnings("ignore:Numcodecs codecs are not in the Zarr")
+def test_import_appends_only_new_files(tmp_path):
+    import shutil
+
+    from tests.virtual.netcdf_data import write_monthly_files
+
+    (tmp_path / "all").mkdir()
+    monthly = write_monthly_files(tmp_path / "all")
+    data = tmp_path / "data"
+    data.mkdir()
+    for path in monthly.paths[:2]:
+        shutil.copy(path, data)
+    url = (tmp_path / "virtual").as_uri()
+    pattern = str(data / "*.nc")
+
+    first = run("import", url, pattern, "--group", "/tas", "--json", "--progress")
+    assert json.loads(first.stdout)["new_files"] == 2
+    assert "scanning files" in first.stderr and "writing manifests" in first.stderr
+    assert run_json("import", url, pattern, "--group", "/tas")["committed"] is False
+    shutil.copy(monthly.paths[2], data)
+    third = run_json("import", url, pattern, "--group", "/tas", "-m", "march")
+    assert (third["new_files"], third["files"]) == (1, 3)
+    assert run_json("log", url, "-n", "1")[0]["message"] == "march"
+    tas = {row["path"]: row for row in run_json("ls", url)}["/tas/tas"]
+    assert tas["shape"][0] == 31 + 28 + 31
+
+    nothing = run("import", url, str(tmp_path / "none" / "*.nc"), ok=False)
+    assert nothing.returncode == 1 and "no files match" in nothing.stderr
+
+
+def test_rewrite_manifests_repacks_under_a_new_config(repo_url, tmp_path):
+    session = Repository.open(repo_url).writable_session()
+    session.create_array("/grp/other", shape=(4,), chunk_shape=(2,), dtype="int8")
+    session.set_chunk("/grp/other", (0,), b"\1\2")
+    session.commit("another array")
+    one_each = tmp_path / "one_each.yaml"
+    one_each.write_text(
+        yaml.safe_dump(
+            {
+                "chunk-manifests": {
+                    "sets": [
+                        {"own": {"max-manifest-size": None, "max-arrays-per-manifest": 1}}
+                    ],
+                    "rules": [{"path": ".*", "target": "own"}],
+                }
+            }
+        )
+    )
+    done = run("rewrite-manifests", repo_url, str(one_each), "--json", "--progress")
+    assert json.loads(done.stdout)["manifests"] == 2
+    assert "reading manifests" in done.stderr and "writing manifests" in done.stderr
+    assert run_json("log", repo_url, "-n", "1")[0]["message"] == "rewrite manifests"
+    assert "own:" in run("config", repo_url, "show").stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("chunk-manifests: {sets: [{own: {bogus: 1}}]}")
+    refused = run("rewrite-manifests", repo_url, str(bad), ok=False)
+    assert refused.returncode == 1 and "bogus" in refused.stderr

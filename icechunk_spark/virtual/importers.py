@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..containers import resolve_url
 from ..errors import InvalidInputError
+from ..progress import Progress, track
 from .combine import DEFAULT_MATERIALIZE_MAX_BYTES, Fetch, concat_reference_sets
 from .references import ReferenceSet, parse_json_refs, parse_parquet_refs
 from .writer import ImportSummary, absolute_url, container_options, resolve_all, write_reference_set
@@ -115,6 +116,7 @@ def import_netcdf(
     materialize_max_bytes: int = DEFAULT_MATERIALIZE_MAX_BYTES,
     max_workers: int = 4,
     scans: Sequence[Mapping[str, Any]] | None = None,
+    progress: Progress | None = None,
 ) -> ImportSummary:
     """Scan NetCDF4/HDF5 files and import them as one virtual dataset under ``group``.
 
@@ -128,6 +130,7 @@ def import_netcdf(
 
     ``scans``: the files' reference sets already made with :func:`scan_netcdf`, one per url
     (Spark executors scan in parallel, the driver combines); the files are not opened again.
+    ``progress`` hears one step per file scanned.
 
     Raises:
         VirtualRefRefusedError: a file lies outside the virtual chunk containers (checked
@@ -151,7 +154,8 @@ def import_netcdf(
     else:
         # h5py holds a global lock, so threads mostly overlap the I/O of remote files.
         with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(absolute)))) as pool:
-            sets = list(pool.map(scan, absolute))
+            scanned = pool.map(scan, absolute)
+            sets = list(track(progress, "scanning files", scanned, len(absolute)))
     for refset in sets:
         resolve_all(refset, containers, None)  # kerchunk might name other files: refuse them
     if concat_dim is None:

@@ -1,0 +1,159 @@
+"""Keep one virtual dataset in step with a growing collection of files (the daily update).
+
+A run lists the files, keeps the ones the branch does not reference yet, and rebuilds the
+dataset from every file (old and new) in one commit: a file is never ingested twice, and a
+run with nothing new commits nothing. Used by ``jobs/ingest_virtual.py`` (executors scan the
+files) and ``icechunk-spark import`` (threads scan them).
+
+>>> repo = open_for_files("file:///repo", "file:///data/")                  # doctest: +SKIP
+>>> plan = plan_ingest(repo, list_files("/data/tas_*.nc"))                  # doctest: +SKIP
+>>> ingest_files(repo, plan, concat_dim="time") if plan.new else None      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InvalidInputError
+from .importers import import_netcdf
+
+if TYPE_CHECKING:
+    from ..progress import Progress
+    from ..repository import Repository
+    from ..session import Session
+
+
+@dataclass(frozen=True, slots=True)
+class IngestPlan:
+    """Which files a run imports: all of them, sorted, and which of them are new."""
+
+    branch: str
+    files: tuple[str, ...]
+    new: tuple[str, ...]
+
+
+def as_url(path: str) -> str:
+    """A URL for a local path (``file://``, absolute); URLs stay as they are."""
+    return path if "://" in path else Path(path).absolute().as_uri()
+
+
+def list_files(pattern: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """The URLs a glob (local path, ``file://`` or any fsspec URL) matches, sorted.
+
+    Raises:
+        InvalidInputError: nothing matches.
+    """
+    import fsspec.core
+
+    if "://" in pattern and not pattern.startswith("file://"):
+        fs, _ = fsspec.core.url_to_fs(pattern, **dict(storage_options or {}))
+        protocol = pattern.split("://", 1)[0]
+        found = [f"{protocol}://{p}" for p in sorted(fs.glob(pattern))]
+    else:
+        found = [as_url(p) for p in sorted(glob.glob(pattern.removeprefix("file://")))]
+    if not found:
+        raise InvalidInputError(f"no files match {pattern!r}")
+    return found
+
+
+def open_for_files(
+    url: str,
+    container: str,
+    file_options: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> Repository:
+    """Open (or create) the repository with ``container`` allowed and authorized for reading.
+
+    An existing repository that lacks the container gets it added to its config.
+    """
+    from ..config import RepositoryConfig
+    from ..repository import Repository
+
+    options = dict(file_options or {})
+    repo = Repository.open_or_create(
+        url,
+        config={"virtual_chunk_containers": {container: options}},
+        storage_options=storage_options,
+        authorize_virtual={container: options},
+    )
+    # Check the stored config, not repo.config: opening with a config only overrides it for
+    # this handle, and later readers must find the container in the repository itself.
+    stored = RepositoryConfig.from_dict(repo.state().config).virtual_chunk_containers
+    if container not in stored:
+        repo.set_config({"virtual_chunk_containers": {**stored, container: options}})
+    return repo
+
+
+def folder_of(files: Sequence[str]) -> str:
+    """The default container: the folder of the first file, with its trailing slash."""
+    return files[0].rsplit("/", 1)[0] + "/"
+
+
+def referenced_files(session: Session) -> set[str]:
+    """Every file the session's virtual refs point into."""
+    files: set[str] = set()
+    for node in session.list_nodes():
+        if node.type == "array":
+            paths = session.chunk_refs(node.path).column("virtual_path").drop_null().unique()
+            files.update(paths.to_pylist())
+    return files
+
+
+def plan_ingest(repo: Repository, found: Sequence[str], branch: str = "main") -> IngestPlan:
+    """The files to import on ``branch``: those it references already plus ``found``."""
+    known = referenced_files(repo.readonly_session(branch=branch))
+    files = tuple(sorted(known | set(found)))
+    return IngestPlan(branch, files, tuple(f for f in files if f not in known))
+
+
+def ingest_files(
+    repo: Repository,
+    plan: IngestPlan,
+    *,
+    concat_dim: str = "time",
+    group: str = "/",
+    file_options: Mapping[str, Any] | None = None,
+    scans: Sequence[Mapping[str, Any]] | None = None,
+    message: str | None = None,
+    progress: Progress | None = None,
+) -> str:
+    """Rebuild the dataset under ``group`` from ``plan.files`` and commit; returns the snapshot.
+
+    ``scans``: the files' reference sets, already scanned (by Spark executors); otherwise the
+    files are scanned here, in threads.
+
+    Raises:
+        InvalidInputError: the plan has no new file, or the files do not concatenate.
+        VirtualRefRefusedError: a file lies outside the repository's virtual chunk containers.
+    """
+    if not plan.new:
+        raise InvalidInputError("nothing to ingest: every file is referenced already")
+    session = repo.writable_session(plan.branch)
+    import_netcdf(
+        session,
+        list(plan.files),
+        concat_dim,
+        group,
+        storage_options=file_options,
+        overwrite=True,
+        scans=scans,
+        progress=progress,
+    )
+    text = message or f"ingest {len(plan.new)} new files ({len(plan.files)} in all)"
+    return session.commit(text, {"files": len(plan.files)}, progress=progress)
+
+
+__all__ = [
+    "IngestPlan",
+    "as_url",
+    "folder_of",
+    "ingest_files",
+    "list_files",
+    "open_for_files",
+    "plan_ingest",
+    "referenced_files",
+]
