@@ -13,7 +13,9 @@ For each array of the first set:
 
 Arrays concatenated must agree on dtype, fill value, codecs, chunk shape, dimension names and
 the shape of the other dimensions. Attributes (of arrays and groups) come from the first set.
-Files are concatenated in the order given.
+Files are concatenated in the order given. CF time values whose units differ between files
+("days since" each file's own date) are materialized in the first file's units (see
+``time_units``): virtual refs could only repeat each file's raw numbers.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import pyarrow as pa
 from ..errors import InvalidInputError
 from ..inventory import chunk_codec
 from .references import REF_COLUMNS, ArrayRefs, ReferenceSet
+from .time_units import is_time_units, rebase_time_values
 
 # (url, offset, length or None for the whole file) -> bytes
 Fetch = Callable[[str, int, int | None], bytes]
@@ -63,10 +66,17 @@ def concat_reference_sets(
         axis = dims.index(dim)
         _check_compatible(parts, path, axis, _ALWAYS_EQUAL)
         is_coordinate = array.ndim == 1 and path.rsplit("/", 1)[-1] == dim
-        if not is_coordinate and _same(parts, _EQUAL_FOR_VIRTUAL) and _aligned(parts, axis):
+        virtual_ok = _same(parts, _EQUAL_FOR_VIRTUAL) and _aligned(parts, axis)
+        if not is_coordinate and virtual_ok and not _time_units_differ(parts):
             out[path] = _concat_virtual(parts, axis)
         elif is_coordinate or _decoded_bytes(parts, axis) <= materialize_max_bytes:
             out[path] = _materialize(parts, axis, fetch)
+        elif virtual_ok:
+            raise InvalidInputError(
+                f"{path!r}: its time units differ between files, so its values must be "
+                f"converted, and it is over materialize_max_bytes={materialize_max_bytes} "
+                "to copy"
+            )
         else:
             _check_compatible(parts, path, axis, _EQUAL_FOR_VIRTUAL)  # names the difference
             raise InvalidInputError(
@@ -143,9 +153,32 @@ def _decoded_bytes(parts: Sequence[ArrayRefs], axis: int) -> int:
     return int(np.prod(_concat_shape(parts, axis))) * itemsize
 
 
+def _attribute(part: ArrayRefs, name: str) -> Any:
+    return (part.doc.get("attributes") or {}).get(name)
+
+
+def _time_units_differ(parts: Sequence[ArrayRefs]) -> bool:
+    units = [_attribute(p, "units") for p in parts]
+    return is_time_units(units[0]) and any(u != units[0] for u in units)
+
+
+def _values_in_first_units(part: ArrayRefs, first: ArrayRefs, fetch: Fetch) -> np.ndarray:
+    values = read_values(part, fetch)
+    units, target = _attribute(part, "units"), _attribute(first, "units")
+    if not is_time_units(target) or units == target:
+        return values
+    if not is_time_units(units):
+        raise InvalidInputError(
+            f"{part.path!r}: units {units!r} in one file, {target!r} in the first; "
+            "cannot concatenate"
+        )
+    calendar = _attribute(first, "calendar")
+    return rebase_time_values(values, units, target, calendar, part.path)
+
+
 def _materialize(parts: Sequence[ArrayRefs], axis: int, fetch: Fetch) -> ArrayRefs:
     """Decode every file's values, concatenate, and store them as one inline chunk."""
-    values = np.concatenate([read_values(p, fetch) for p in parts], axis=axis)
+    values = np.concatenate([_values_in_first_units(p, parts[0], fetch) for p in parts], axis=axis)
     doc: dict[str, Any] = {
         **parts[0].doc,
         "shape": list(values.shape),

@@ -22,10 +22,12 @@ import pyarrow.compute as pc
 
 from ..containers import file_checksum, resolve_url
 from ..errors import InvalidInputError, NotFoundError
+from ..format.coords import encode_coords
 from ..session import normalize_path
 from .references import ArrayRefs, ReferenceSet
 
 if TYPE_CHECKING:
+    from ..format.structure import Node
     from ..session import Session
 
 
@@ -189,14 +191,43 @@ def _ensure_parents(session: Session, path: str) -> None:
 
 
 def _create_array(session: Session, path: str, array: ArrayRefs, overwrite: bool) -> None:
-    if overwrite:
-        try:
-            session.get_node(path)
-        except NotFoundError:
-            pass
-        else:
-            session.delete_node(path)
-    session.set_node_metadata(path, json.dumps(array.doc).encode(), create_only=True)
+    doc = json.dumps(array.doc).encode()
+    existing = _node_or_none(session, path) if overwrite else None
+    if existing is not None and existing.meta is not None and existing.meta.ndim == array.ndim:
+        # Keep the array's identity: re-importing a grown dataset (the daily update) is an
+        # update, so diffs, history and concurrent writers see chunks change, not the whole
+        # array deleted and re-created. Chunks the new import lacks are deleted.
+        stale = _stale_coords(session, path, array)
+        session.set_node_metadata(path, doc)
+        for coord in stale:
+            session.delete_chunk(path, coord)
+        return
+    if existing is not None:
+        session.delete_node(path)
+    session.set_node_metadata(path, doc, create_only=True)
+
+
+def _node_or_none(session: Session, path: str) -> Node | None:
+    try:
+        return session.get_node(path)
+    except NotFoundError:
+        return None
+
+
+def _stale_coords(session: Session, path: str, array: ArrayRefs) -> list[tuple[int, ...]]:
+    """Coords the array holds now that ``array`` (inside its new grid) does not."""
+    held = session.chunk_coords(path)
+    if held.shape[0] == 0:
+        return []
+    kept = pc.is_in(encode_coords(held), value_set=encode_coords(array.coords))
+    grid = np.ceil(np.asarray(array.shape) / np.asarray(array.chunk_shape)).astype(np.int64)
+    inside = np.all(held < grid, axis=1)  # the ones outside go with the resize anyway
+    stale = ~np.asarray(kept.to_numpy(zero_copy_only=False), dtype=bool) & inside
+    return _all_coords(held[stale])
+
+
+def _all_coords(coords: np.ndarray) -> list[tuple[int, ...]]:
+    return [tuple(int(c) for c in row) for row in coords]
 
 
 def _write_refs(
