@@ -181,9 +181,7 @@ def test_rewrite_manifests_repacks_under_a_new_config(repo_url, tmp_path):
         yaml.safe_dump(
             {
                 "chunk-manifests": {
-                    "sets": [
-                        {"own": {"max-manifest-size": None, "max-arrays-per-manifest": 1}}
-                    ],
+                    "sets": [{"own": {"max-manifest-size": None, "max-arrays-per-manifest": 1}}],
                     "rules": [{"path": ".*", "target": "own"}],
                 }
             }

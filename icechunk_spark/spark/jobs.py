@@ -85,23 +85,34 @@ def spark_defaults(conf_dir: str) -> dict[str, str]:
 
 
 def spark_session(app: str, args: argparse.Namespace) -> SparkSession:
-    """The job's SparkSession: conf defaults, quiet logging, workers on this Python."""
+    """The job's SparkSession, from ``--conf-dir`` and ``--master``."""
+    return local_spark_session(app, args.conf_dir, args.master)
+
+
+def local_spark_session(
+    app: str, conf_dir: str | Path = DEFAULT_CONF_DIR, master: str | None = None
+) -> SparkSession:
+    """A SparkSession with ``conf_dir``'s defaults, quiet logging, workers on this Python.
+
+    The jobs use it, and so can notebooks: ``local_spark_session("explore")`` gives the same
+    local, UI-less, quiet Spark as ``make demo``.
+    """
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName(app)
-    settings = spark_defaults(args.conf_dir)
-    log4j = Path(args.conf_dir) / "log4j2.properties"
+    settings = spark_defaults(str(conf_dir))
+    log4j = Path(conf_dir) / "log4j2.properties"
     if log4j.exists():
         java_options = settings.get("spark.driver.extraJavaOptions", "")
         settings["spark.driver.extraJavaOptions"] = (
-            f"{java_options} -Dlog4j2.configurationFile={log4j.as_uri()}".strip()
+            f"{java_options} -Dlog4j2.configurationFile={log4j.resolve().as_uri()}".strip()
         )
     for key, value in settings.items():
         builder = builder.config(key, value)
-    if args.master:
-        builder = builder.master(args.master)
+    if master:
+        builder = builder.master(master)
     return builder.getOrCreate()
 
 
