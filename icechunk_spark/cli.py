@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -94,7 +95,12 @@ class _Bars:
 
     def begin(self, stage: str, total: int | None) -> None:
         if total != 0:  # a stage with nothing to do (say, no new snapshot) is not worth a bar
-            self._bar = tqdm(total=total, desc=stage, file=sys.stderr, dynamic_ncols=True)
+            # shutil falls back to 80x24 where a terminal reports a size of 0 (tqdm would then
+            # draw nothing at all).
+            size = shutil.get_terminal_size()
+            self._bar = tqdm(
+                total=total, desc=stage, file=sys.stderr, ncols=size.columns, nrows=size.lines
+            )
 
     def advance(self, n: int = 1) -> None:
         if self._bar is not None:

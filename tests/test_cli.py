@@ -196,3 +196,35 @@ def test_rewrite_manifests_repacks_under_a_new_config(repo_url, tmp_path):
     bad.write_text("chunk-manifests: {sets: [{own: {bogus: 1}}]}")
     refused = run("rewrite-manifests", repo_url, str(bad), ok=False)
     assert refused.returncode == 1 and "bogus" in refused.stderr
+
+
+def test_progress_bars_show_on_a_terminal_even_one_reporting_no_size(repo_url):
+    import os
+    import pty
+
+    run_json("expire", repo_url, "--days", "0")
+    leader, follower = pty.openpty()  # a fresh pty reports 0 columns and 0 rows
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "icechunk_spark.cli", "gc", repo_url, "--days", "0"],
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            text=True,
+        )
+        os.close(follower)
+        drawn = b""
+        while chunk := _read_pty(leader):
+            drawn += chunk
+    finally:
+        os.close(leader)
+    assert proc.returncode == 0 and proc.stdout.startswith("deleted ")
+    assert b"deleting objects" in drawn and b"100%" in drawn
+
+
+def _read_pty(fd: int) -> bytes:
+    import os
+
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # EIO: the writing side has closed
+        return b""
