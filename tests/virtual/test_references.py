@@ -146,3 +146,32 @@ def test_scheme_less_paths_are_local_files(data_dir: Path, make_repo: RepoFactor
     ref = session.get_chunk_ref("/a", (0,))
     assert ref is not None and ref.virtual_path == (data_dir / "raw.bin").as_uri()
     assert session.get_chunk("/a", (0,)) == np.arange(4, dtype="<i4").tobytes()
+
+
+def test_reimport_keeps_the_array_and_drops_chunks_the_new_refs_lack(
+    make_repo: RepoFactory, data_dir: Path
+) -> None:
+    def refs(*coords: str) -> dict[str, Any]:
+        chunk = "base64:" + base64.b64encode(np.arange(6, dtype="<i4").tobytes()).decode()
+        return {
+            "version": 1,
+            "refs": {
+                ".zgroup": json.dumps({"zarr_format": 2}),
+                "a/.zarray": json.dumps(zarray()),
+                **{f"a/{c}": chunk for c in coords},
+            },
+        }
+
+    repo = make_repo([data_dir.as_uri() + "/"])
+    session = repo.writable_session()
+    import_kerchunk(session, refs("0.0", "0.1", "1.1"))
+    first = session.commit("three chunks")
+    session = repo.writable_session()
+    import_kerchunk(session, refs("0.0", "1.0"), overwrite=True)
+    second = session.commit("two chunks, one of them new")
+
+    reader = repo.readonly_session()
+    assert reader.chunk_coords("/a").tolist() == [[0, 0], [1, 0]]
+    d = repo.diff(from_snapshot_id=first, to_snapshot_id=second)
+    assert d.nodes_added == d.nodes_deleted == ()  # the same array, updated in place
+    assert d.chunks_changed == {"/a": 3}  # (0, 1) and (1, 1) gone, (1, 0) new
