@@ -140,6 +140,13 @@ class Session:
                 raise NotFoundError(f"no group or array at {path!r} (deleted in this session)")
         return self._base.node(path)
 
+    def find_node(self, path: str) -> Node | None:
+        """The group or array at ``path``, or ``None`` when there is none."""
+        try:
+            return self.get_node(path)
+        except NotFoundError:
+            return None
+
     def list_nodes(self) -> list[Node]:
         """Every node, sorted by path."""
         with self._changes.lock:
@@ -186,7 +193,7 @@ class Session:
         self._require_writable()
         path = normalize_path(path)
         with self._changes.lock:
-            existing = self._node_or_none(path)
+            existing = self.find_node(path)
             if existing is not None and create_only:
                 raise AlreadyExistsError(f"a {existing.type} exists at {path!r} already")
             node_id = existing.id if existing is not None else new_node_id()
@@ -212,7 +219,7 @@ class Session:
         self._require_writable()
         path = normalize_path(path)
         with self._changes.lock:
-            node = self._node_or_none(path)
+            node = self.find_node(path)
             if node is None:
                 raise NotFoundError(f"cannot delete {path!r}: no group or array there")
             doomed = [node]
@@ -232,11 +239,6 @@ class Session:
         if changes.created.pop(node.path, None) is None:
             changes.deleted[node.path] = self._base.nodes[node.path]
 
-    def _node_or_none(self, path: str) -> Node | None:
-        try:
-            return self.get_node(path)
-        except NotFoundError:
-            return None
 
     def _array(self, path: str) -> Node:
         node = self.get_node(path)

@@ -156,7 +156,7 @@ class IcechunkStore(Store):
         session = self.session
         target = _resolve_or_none(session, key)
         if isinstance(target, MetadataKey):
-            node = _node_or_none(session, target.path)
+            node = session.find_node(target.path)
             if node is None:
                 return None
             start, end = _byte_bounds(byte_range, len(node.zarr_json))
@@ -179,7 +179,7 @@ class IcechunkStore(Store):
         session = self.session
         target = _resolve_or_none(session, key)
         if isinstance(target, MetadataKey):
-            return _node_or_none(session, target.path) is not None
+            return session.find_node(target.path) is not None
         if isinstance(target, ChunkKey):
             return await asyncio.to_thread(_chunk_ref_or_none, session, target) is not None
         return False
@@ -188,7 +188,7 @@ class IcechunkStore(Store):
         session = self.session
         target = _resolve_or_none(session, key)
         if isinstance(target, MetadataKey):
-            node = _node_or_none(session, target.path)
+            node = session.find_node(target.path)
             if node is not None:
                 return len(node.zarr_json)
         elif isinstance(target, ChunkKey):
@@ -327,7 +327,7 @@ def _resolve(session: Session, key: str) -> MetadataKey | ChunkKey:
     # The deepest node above the key owns it; only arrays own keys besides zarr.json.
     for depth in range(len(segments) - 1, -1, -1):
         path = normalize_path("/".join(segments[:depth]))
-        node = _node_or_none(session, path)
+        node = session.find_node(path)
         if node is None:
             continue
         if node.meta is None:
@@ -355,13 +355,6 @@ def _resolve_or_none(session: Session, key: str) -> MetadataKey | ChunkKey | Non
         return _resolve(session, key)
     except InvalidInputError:
         return None  # such a key holds nothing
-
-
-def _node_or_none(session: Session, path: str) -> Node | None:
-    try:
-        return session.get_node(path)
-    except NotFoundError:
-        return None
 
 
 # -- values -------------------------------------------------------------------------------
@@ -401,7 +394,7 @@ def _byte_bounds(byte_range: ByteRequest | None, length: int) -> tuple[int, int]
 
 
 def _set_metadata(session: Session, path: str, data: bytes) -> None:
-    existing = _node_or_none(session, path)
+    existing = session.find_node(path)
     if existing is not None and existing.zarr_json == data:
         return  # zarr rewrites unchanged metadata often; keep the change set (and conflicts) small
     new_type = make_node(0, path, data).type  # validates the document before changing anything

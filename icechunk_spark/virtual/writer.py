@@ -27,7 +27,6 @@ from ..session import normalize_path
 from .references import ArrayRefs, ReferenceSet
 
 if TYPE_CHECKING:
-    from ..format.structure import Node
     from ..session import Session
 
 
@@ -192,7 +191,7 @@ def _ensure_parents(session: Session, path: str) -> None:
 
 def _create_array(session: Session, path: str, array: ArrayRefs, overwrite: bool) -> None:
     doc = json.dumps(array.doc).encode()
-    existing = _node_or_none(session, path) if overwrite else None
+    existing = session.find_node(path) if overwrite else None
     if existing is not None and existing.meta is not None and existing.meta.ndim == array.ndim:
         # Keep the array's identity: re-importing a grown dataset (the daily update) is an
         # update, so diffs, history and concurrent writers see chunks change, not the whole
@@ -205,13 +204,6 @@ def _create_array(session: Session, path: str, array: ArrayRefs, overwrite: bool
     if existing is not None:
         session.delete_node(path)
     session.set_node_metadata(path, doc, create_only=True)
-
-
-def _node_or_none(session: Session, path: str) -> Node | None:
-    try:
-        return session.get_node(path)
-    except NotFoundError:
-        return None
 
 
 def _stale_coords(session: Session, path: str, array: ArrayRefs) -> list[tuple[int, ...]]:
