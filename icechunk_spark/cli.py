@@ -326,21 +326,21 @@ def cmd_gc(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_import(args: argparse.Namespace) -> dict[str, Any]:
-    from .virtual.ingest import folder_of, ingest_files, list_files, open_for_files, plan_ingest
+    from .virtual.ingest import ingest_files, prepare_ingest
 
     file_options = parse_storage_options(args.files_option)
-    found = list_files(args.files, file_options)
-    repo = open_for_files(
+    repo, plan = prepare_ingest(
         args.url,
-        args.container or folder_of(found),
-        file_options,
-        parse_storage_options(args.storage_option),
+        args.files,
+        args.branch,
+        container=args.container,
+        file_options=file_options,
+        storage_options=parse_storage_options(args.storage_option),
     )
-    plan = plan_ingest(repo, found, args.branch)
     if not plan.new:
         tip = repo.lookup_branch(args.branch)
         data = {"snapshot": tip, "files": len(plan.files), "new_files": 0, "committed": False}
-        text = f"no new files among {len(found)}; {args.branch} stays at {tip}"
+        text = f"no new files among {plan.matched}; {args.branch} stays at {tip}"
         return {"text": text, "json": data}
     snapshot = ingest_files(
         repo,

@@ -239,7 +239,6 @@ class Session:
         if changes.created.pop(node.path, None) is None:
             changes.deleted[node.path] = self._base.nodes[node.path]
 
-
     def _array(self, path: str) -> Node:
         node = self.get_node(path)
         if node.type != "array":

@@ -19,14 +19,7 @@ import numpy as np
 from icechunk_spark.errors import InvalidInputError
 from icechunk_spark.repository import Repository
 from icechunk_spark.spark.jobs import base_parser, run, spark_session, storage_options
-from icechunk_spark.virtual import (
-    ingest_files,
-    list_files,
-    open_for_files,
-    plan_ingest,
-    scan_netcdf,
-)
-from icechunk_spark.virtual.ingest import folder_of
+from icechunk_spark.virtual import ingest_files, prepare_ingest, scan_netcdf
 
 
 def make_sample(folder: str, days: int, first_day: int = 0) -> list[str]:
@@ -90,16 +83,16 @@ def main() -> int:
         if not args.files:
             raise InvalidInputError("--files is required (a glob of NetCDF files)")
         file_options = storage_options(args.files_option)
-        found = list_files(args.files, file_options)
-        repo = open_for_files(
+        repo, plan = prepare_ingest(
             args.repo,
-            args.container or folder_of(found),
-            file_options,
-            storage_options(args.storage_option),
+            args.files,
+            args.branch,
+            container=args.container,
+            file_options=file_options,
+            storage_options=storage_options(args.storage_option),
         )
-        plan = plan_ingest(repo, found, args.branch)
         if not plan.new:
-            print(f"ingest_virtual: no new files among {len(found)}", file=sys.stderr)
+            print(f"ingest_virtual: no new files among {plan.matched}", file=sys.stderr)
             return repo, repo.lookup_branch(args.branch)
         spark = spark_session("ingest_virtual", args)
         scans = (

@@ -19,8 +19,8 @@ Front doors:
   ``SingleHdf5ToZarr`` and concatenate them along ``concat_dim`` (see ``combine``).
 - Both return an ``ImportSummary`` and leave the commit to the caller: a whole import is
   one commit.
-- ``plan_ingest`` + ``ingest_files``: the daily update, appending only files not referenced
-  yet, in one commit (see ``ingest``).
+- ``prepare_ingest`` + ``ingest_files``: the daily update, appending only files not
+  referenced yet, in one commit (see ``ingest``).
 
 Security (seed 002's confused deputy) — where each bad ref fails:
 
@@ -59,7 +59,14 @@ from ..containers import (
 )
 from .combine import concat_reference_sets
 from .importers import import_kerchunk, import_netcdf, load_reference_set, scan_netcdf
-from .ingest import IngestPlan, ingest_files, list_files, open_for_files, plan_ingest
+from .ingest import (
+    IngestPlan,
+    ingest_files,
+    list_files,
+    open_for_files,
+    plan_ingest,
+    prepare_ingest,
+)
 from .references import ArrayRefs, ReferenceSet, parse_json_refs, parse_parquet_refs
 from .writer import ImportSummary, write_reference_set
 
@@ -84,6 +91,7 @@ __all__ = [
     "parse_json_refs",
     "parse_parquet_refs",
     "plan_ingest",
+    "prepare_ingest",
     "scan_netcdf",
     "write_reference_set",
 ]

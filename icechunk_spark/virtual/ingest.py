@@ -5,8 +5,7 @@ dataset from every file (old and new) in one commit: a file is never ingested tw
 run with nothing new commits nothing. Used by ``jobs/ingest_virtual.py`` (executors scan the
 files) and ``icechunk-spark import`` (threads scan them).
 
->>> repo = open_for_files("file:///repo", "file:///data/")                  # doctest: +SKIP
->>> plan = plan_ingest(repo, list_files("/data/tas_*.nc"))                  # doctest: +SKIP
+>>> repo, plan = prepare_ingest("file:///repo", "/data/tas_*.nc")           # doctest: +SKIP
 >>> ingest_files(repo, plan, concat_dim="time") if plan.new else None      # doctest: +SKIP
 """
 
@@ -29,11 +28,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class IngestPlan:
-    """Which files a run imports: all of them, sorted, and which of them are new."""
+    """Which files a run imports: all of them, sorted, and which of them are new.
+
+    ``matched``: how many files the glob matched this time.
+    """
 
     branch: str
     files: tuple[str, ...]
     new: tuple[str, ...]
+    matched: int
 
 
 def as_url(path: str) -> str:
@@ -107,7 +110,28 @@ def plan_ingest(repo: Repository, found: Sequence[str], branch: str = "main") ->
     """The files to import on ``branch``: those it references already plus ``found``."""
     known = referenced_files(repo.readonly_session(branch=branch))
     files = tuple(sorted(known | set(found)))
-    return IngestPlan(branch, files, tuple(f for f in files if f not in known))
+    return IngestPlan(branch, files, tuple(f for f in files if f not in known), len(found))
+
+
+def prepare_ingest(
+    url: str,
+    pattern: str,
+    branch: str = "main",
+    *,
+    container: str | None = None,
+    file_options: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> tuple[Repository, IngestPlan]:
+    """List the files ``pattern`` matches, open the repository for them, and plan the run.
+
+    ``container`` defaults to the folder of the first file.
+
+    Raises:
+        InvalidInputError: nothing matches ``pattern``.
+    """
+    found = list_files(pattern, file_options)
+    repo = open_for_files(url, container or folder_of(found), file_options, storage_options)
+    return repo, plan_ingest(repo, found, branch)
 
 
 def ingest_files(
@@ -155,5 +179,6 @@ __all__ = [
     "list_files",
     "open_for_files",
     "plan_ingest",
+    "prepare_ingest",
     "referenced_files",
 ]
