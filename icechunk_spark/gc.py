@@ -52,7 +52,7 @@ from .format.parquet import read_parquet_bytes
 from .format.state import SnapshotInfo, State, decode_state
 from .format.structure import StructureRow, decode_structure
 from .history import utc_ms
-from .progress import SILENT, Progress, track
+from .progress import Progress, track
 from .refs import HINT_KEY, STATE_PREFIX, read_latest_state
 from .snapshot import attributes_key, chunk_key, manifest_key, structure_key, txlog_key
 from .storage import ObjectInfo, Storage
@@ -158,14 +158,8 @@ def garbage_collect(
 
 def _delete(storage: Storage, keys: Sequence[str], progress: Progress | None) -> None:
     batches = (keys[i : i + _DELETE_BATCH] for i in range(0, len(keys), _DELETE_BATCH))
-    reporter = progress or SILENT
-    reporter.begin("deleting objects", len(keys))
-    try:
-        for batch in batches:
-            storage.delete(batch)
-            reporter.advance(len(batch))
-    finally:
-        reporter.end()
+    for batch in track(progress, "deleting objects", batches, len(keys), steps=len):
+        storage.delete(batch)
 
 
 def _hint_generation(storage: Storage, latest: State) -> int:

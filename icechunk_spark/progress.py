@@ -13,7 +13,7 @@ reading snapshots 12
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol, TypeVar
 
 T = TypeVar("T")
@@ -49,15 +49,20 @@ SILENT: Progress = Silent()
 
 
 def track(
-    progress: Progress | None, stage: str, items: Iterable[T], total: int | None = None
+    progress: Progress | None,
+    stage: str,
+    items: Iterable[T],
+    total: int | None = None,
+    steps: Callable[[T], int] | None = None,
 ) -> Iterator[T]:
-    """Yield ``items``, reporting one step of ``stage`` per item (consume it in one thread)."""
+    """Yield ``items``, reporting ``steps(item)`` steps of ``stage`` (default one) once the
+    caller is done with each item (consume it in one thread)."""
     reporter = progress or SILENT
     reporter.begin(stage, total)
     try:
         for item in items:
             yield item
-            reporter.advance()
+            reporter.advance(steps(item) if steps is not None else 1)
     finally:
         reporter.end()
 
