@@ -35,7 +35,8 @@ Why a commit racing with GC stays readable:
    only a cut-off older than its start is.
 
 Objects are compared by the storage's modification time (the storage's clock, not ours). S3
-listings report whole seconds, so a whole-second time is taken as the end of its second.
+listings report whole seconds (``Storage.mtime_resolution_ms``), so such a time is taken as the
+end of its second; local and memory times are exact to the millisecond.
 
 Run one maintenance operation (expiry, GC) at a time; commits and reads may go on meanwhile.
 """
@@ -142,7 +143,7 @@ def garbage_collect(
         info
         for prefix in track(progress, "listing objects", _KINDS, len(_KINDS))
         for info in storage.list(prefix)
-        if _is_garbage(info, reachable, cutoff_ms, keep_states_from)
+        if _is_garbage(info, reachable, cutoff_ms, keep_states_from, storage.mtime_resolution_ms)
     ]
 
     # Commits may have landed while we listed; they may reference objects their sessions wrote
@@ -226,9 +227,15 @@ def _get_needed(storage: Storage, key: str, snapshot_id: str | None) -> bytes:
 
 
 def _is_garbage(
-    info: ObjectInfo, reachable: _Reachable, cutoff_ms: int, keep_states_from: int
+    info: ObjectInfo,
+    reachable: _Reachable,
+    cutoff_ms: int,
+    keep_states_from: int,
+    resolution_ms: int,
 ) -> bool:
-    if info.modified_ms <= 0 or _latest_possible_ms(info.modified_ms) >= cutoff_ms:
+    # A listed time t stands for [t, t + resolution): the object may be that much younger.
+    latest_possible_ms = info.modified_ms + resolution_ms - 1
+    if info.modified_ms <= 0 or latest_possible_ms >= cutoff_ms:
         return False  # fresh (or of unknown age): maybe a session's that has not committed yet
     name = info.key.rsplit("/", 1)[-1]
     if name.startswith(_TEMP_PREFIX):
@@ -236,11 +243,6 @@ def _is_garbage(
     if info.key.startswith(STATE_PREFIX):
         return name.isdigit() and int(name) < keep_states_from
     return info.key not in reachable.keys
-
-
-def _latest_possible_ms(modified_ms: int) -> int:
-    # S3 listings truncate to whole seconds: such a time may be up to 999 ms late.
-    return modified_ms + 999 if modified_ms % 1000 == 0 else modified_ms
 
 
 def _summarize(garbage: Iterable[ObjectInfo]) -> GCSummary:

@@ -460,3 +460,31 @@ def test_gc_and_expiry_race_a_committing_process(tmp_path):
     contents = read_all(backend, sorted(listed))  # and every listed snapshot reads in full
     assert contents[written[-1]]["/w"][1] == {(j % 4,): f"w{j}".encode() * 8 for j in range(26, 30)}
     assert contents[written[-1]]["/a"][1] == {(i % 4,): f"a{i}".encode() * 8 for i in range(16, 20)}
+
+
+def test_gc_reads_local_times_to_the_millisecond(tmp_path):
+    """Only S3's listings round to whole seconds: a local file whose time happens to fall on
+    a whole second is exactly that old, and goes when the cut-off is later."""
+    import os
+
+    url = (tmp_path / "repo").as_uri()
+    repo = Repository.create(url, config={"inline_chunk_threshold_bytes": 0})
+    session = repo.writable_session()
+    session.create_array("/a", shape=(2,), chunk_shape=(1,), dtype="uint8")
+    session.set_chunk("/a", (0,), b"\1")
+    session.commit("a chunk file")
+    session = repo.writable_session()
+    session.set_chunk("/a", (0,), b"\2")
+    session.commit("replace it")
+    repo.expire_snapshots(datetime.now(UTC) + timedelta(seconds=1))
+    (old,) = [
+        k
+        for k in objects(repo.storage)
+        if k.startswith("c/") and k not in needed_keys(Backend("local", url, {}))
+    ]
+    whole_second = int(time.time()) - 5
+    os.utime(tmp_path / "repo" / old, (whole_second, whole_second))
+
+    cutoff = datetime.fromtimestamp(whole_second + 0.5, UTC)
+    assert repo.garbage_collect(cutoff).chunks_deleted == 1
+    assert old not in objects(repo.storage)

@@ -30,6 +30,8 @@ class Storage(ABC):
     """Bytes by key. Everything but put-if-absent may be retried freely: objects are immutable."""
 
     url: str
+    # How coarse ``ObjectInfo.modified_ms`` of a listing is: a time t stands for [t, t + this).
+    mtime_resolution_ms: int = 1
 
     @abstractmethod
     def get(self, key: str) -> bytes:

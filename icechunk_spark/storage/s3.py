@@ -17,6 +17,8 @@ T = TypeVar("T")
 
 
 class S3Storage(Storage):
+    mtime_resolution_ms = 1000  # S3 listings report LastModified in whole seconds
+
     def __init__(self, bucket_and_prefix: str, **options: Any) -> None:
         import s3fs
 
