@@ -16,7 +16,6 @@ offset and size 0: the whole file). It is read column-wise with pyarrow, no loop
 from __future__ import annotations
 
 import base64
-import io
 import json
 import math
 import re
@@ -29,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InvalidInputError, NotFoundError
+from ..format.parquet import read_parquet_bytes
 from .metadata import array_v2_to_v3, group_v2_to_v3, loads
 
 _TEMPLATE = re.compile(r"\{\{\s*(\w+)\s*\}\}")
@@ -252,7 +252,6 @@ def parse_parquet_refs(url: str, storage_options: Mapping[str, Any] | None = Non
 def _parquet_chunk_refs(
     fs: Any, root: str, path: str, doc: Mapping[str, Any], record_size: int
 ) -> tuple[np.ndarray, pa.Table]:
-    import pyarrow.parquet as pq
 
     shape = [int(s) for s in doc["shape"]]
     chunks = [int(c) for c in doc["chunk_grid"]["configuration"]["chunk_shape"]]
@@ -265,7 +264,7 @@ def _parquet_chunk_refs(
             data = fs.cat_file(name)
         except FileNotFoundError:
             continue  # no chunk of this record was written
-        table = pq.read_table(io.BytesIO(data), use_threads=False)
+        table = read_parquet_bytes(data)
         table = _conform_parquet(table)
         pieces.append(table)
         numbers.append(np.arange(table.num_rows, dtype=np.int64) + record * record_size)
