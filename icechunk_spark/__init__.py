@@ -7,6 +7,7 @@
 from .config import RepositoryConfig
 from .errors import (
     AlreadyExistsError,
+    CommitStateUnknownError,
     ConfigError,
     Conflict,
     ConflictError,
@@ -15,6 +16,7 @@ from .errors import (
     InvalidInputError,
     NotFoundError,
     ReadOnlyError,
+    StaleSessionError,
     StorageError,
 )
 from .format.state import SnapshotInfo
@@ -24,6 +26,7 @@ from .session import ChangeSummary, Session
 __all__ = [
     "AlreadyExistsError",
     "ChangeSummary",
+    "CommitStateUnknownError",
     "ConfigError",
     "Conflict",
     "ConflictError",
@@ -36,5 +39,6 @@ __all__ = [
     "RepositoryConfig",
     "Session",
     "SnapshotInfo",
+    "StaleSessionError",
     "StorageError",
 ]

@@ -4,6 +4,8 @@
 
     IcechunkSparkError
     ├── ConflictError            a commit overlaps changes another writer committed first
+    ├── CommitStateUnknownError  storage could not say whether a commit landed (look it up)
+    ├── StaleSessionError        GC deleted objects a session wrote before it could commit
     ├── NotFoundError(KeyError)  a branch, tag, snapshot, node, chunk or object does not exist
     ├── AlreadyExistsError       a repository, tag, branch or node of that name exists already
     ├── InvalidInputError(ValueError)  the caller passed something we cannot accept
@@ -55,6 +57,35 @@ class StorageError(IcechunkSparkError, OSError):
     """The storage backend failed, after bounded retries for transient errors."""
 
 
+class CommitStateUnknownError(IcechunkSparkError):
+    """Storage failed in a way that leaves unknown whether a commit landed.
+
+    Raised only when the writer could neither confirm nor rule out its own state file (every
+    read-back failed). ``snapshot_id`` is the snapshot the commit would have created: if
+    ``repo.lookup_snapshot(snapshot_id)`` finds it, the commit landed; if not, it did not.
+    """
+
+    def __init__(self, snapshot_id: str | None, reason: str) -> None:
+        self.snapshot_id = snapshot_id
+        self.reason = reason
+        what = f"snapshot {snapshot_id}" if snapshot_id else "the state change"
+        super().__init__(
+            f"could not tell whether {what} was committed: {reason}. Look it up "
+            f"(repo.lookup_snapshot({snapshot_id!r}) or repo.ancestry()) before retrying"
+        )
+
+    def __reduce__(self) -> tuple[type[CommitStateUnknownError], tuple[str | None, str]]:
+        return (CommitStateUnknownError, (self.snapshot_id, self.reason))
+
+
+class StaleSessionError(IcechunkSparkError):
+    """Garbage collection ran while a session was writing, and deleted objects it wrote.
+
+    Nothing was committed. Write the data again in a new session, and collect garbage with a
+    cut-off older than the longest write (the CLI and jobs default to 7 days).
+    """
+
+
 class FormatError(IcechunkSparkError):
     """A repository file is truncated, corrupt, or written by an unknown format version."""
 
@@ -100,6 +131,7 @@ class ConflictError(IcechunkSparkError):
 
 __all__ = [
     "AlreadyExistsError",
+    "CommitStateUnknownError",
     "ConfigError",
     "Conflict",
     "ConflictError",
@@ -108,5 +140,6 @@ __all__ = [
     "InvalidInputError",
     "NotFoundError",
     "ReadOnlyError",
+    "StaleSessionError",
     "StorageError",
 ]

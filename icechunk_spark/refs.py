@@ -3,6 +3,18 @@
 Readers read ``icechunk.json`` (a hint), then probe ``t/<g+1>``, ``t/<g+2>``… until one is
 absent, so a stale or missing hint is harmless. Writers create ``t/<g+1>`` with put-if-absent:
 exactly one writer wins each generation. Only then is ``icechunk.json`` replaced.
+
+Two things make this truthful under faults:
+
+* **A lost answer is settled by reading back.** Storage may apply a write and lose the answer
+  (a dropped connection, a 500 after the write), or the client's own retry of an applied write
+  may come back "exists already". Every state file carries a random ``change-id``, so the writer
+  reads ``t/<g+1>`` back: its own bytes mean it won. Only when storage cannot answer at all is
+  the outcome reported as unknown (``CommitStateUnknownError``), never guessed.
+* **A stale hint is detected.** A writer stalled between creating ``t/<g>`` and writing the
+  hint can later put back an old hint, after GC deleted the state files above ``t/<g>``. GC
+  deletes state files only below the hint's generation, oldest first, so when the hint's own
+  generation ``t/<g>`` is gone the hint is stale: readers then list ``t/`` instead.
 """
 
 from __future__ import annotations
@@ -11,14 +23,18 @@ import contextlib
 import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
-from .errors import IcechunkSparkError, NotFoundError, StorageError
+from .errors import CommitStateUnknownError, IcechunkSparkError, NotFoundError, StorageError
+from .format.ids import new_object_id
 from .format.state import State, decode_state, encode_state
 from .storage import Storage
 
 HINT_KEY = "icechunk.json"
 STATE_PREFIX = "t/"
 MAX_CAS_ATTEMPTS = 100
+# Attempts at creating one state file when storage fails or answers ambiguously.
+PUBLISH_ATTEMPTS = 5
 
 
 def state_key(generation: int) -> str:
@@ -28,15 +44,25 @@ def state_key(generation: int) -> str:
 
 def read_latest_state(storage: Storage) -> State:
     """The newest committed state. Raises ``NotFoundError`` when there is no repository."""
-    state = _read_hint(storage)
-    if state is None:
-        state = _read_newest_listed(storage)
+    hinted = _read_hint(storage)
+    if hinted is None:
+        return _probe_forward(storage, _read_newest_listed(storage))
+    latest = _probe_forward(storage, hinted)
+    if latest is hinted and not storage.exists(state_key(hinted.generation)):
+        # A stale hint (see the module docstring): the state files above it were collected.
+        return _probe_forward(storage, _read_newest_listed(storage))
+    return latest
+
+
+def _probe_forward(storage: Storage, state: State) -> State:
+    """``state``, or the newest of ``t/<g+1>``, ``t/<g+2>``… that exist after it."""
     while True:
+        key = state_key(state.generation + 1)
         try:
-            data = storage.get(state_key(state.generation + 1))
+            data = storage.get(key)
         except NotFoundError:
             return state
-        state = decode_state(data, state_key(state.generation + 1))
+        state = decode_state(data, key)
 
 
 def _read_hint(storage: Storage) -> State | None:
@@ -60,15 +86,43 @@ def _read_newest_listed(storage: Storage) -> State:
 
 
 def publish_state(storage: Storage, state: State) -> bool:
-    """Try to commit ``state`` as its generation. ``False`` when another writer won it."""
-    data = encode_state(state)
-    if not storage.put_if_absent(state_key(state.generation), data):
+    """Try to commit ``state`` as its generation. ``False`` when another writer won it.
+
+    Raises:
+        CommitStateUnknownError: storage failed on every attempt and on every read-back, so
+            whether the state file was written cannot be told.
+    """
+    data = encode_state(replace(state, change_id=new_object_id()))
+    if not _create_exactly(storage, state_key(state.generation), data):
         return False
     # The commit happened above; the hint is best effort (a newer one may already be there, and
     # readers probe forward from any generation), so its failure must not undo the commit.
     with contextlib.suppress(StorageError):
         storage.put(HINT_KEY, data)
     return True
+
+
+def _create_exactly(storage: Storage, key: str, data: bytes) -> bool:
+    """Create ``key`` with ``data``: ``True`` when it holds our bytes, ``False`` another's."""
+    reason = "no attempt"
+    for attempt in range(PUBLISH_ATTEMPTS):
+        try:
+            if storage.put_if_absent(key, data):
+                return True
+        except StorageError as exc:
+            reason = str(exc)  # maybe applied, maybe not: the read-back decides
+        try:
+            return storage.get(key) == data
+        except NotFoundError:
+            # Not written (yet). Sending it again is safe: should the earlier request still
+            # land, it holds the same bytes, and put-if-absent lets only one of them in.
+            pass
+        except StorageError as exc:
+            reason = str(exc)
+        _backoff(attempt)
+    raise CommitStateUnknownError(
+        None, f"creating {key!r} in {storage.url} failed {PUBLISH_ATTEMPTS} times ({reason})"
+    )
 
 
 def update_state(storage: Storage, change: Callable[[State], State | None]) -> State:

@@ -19,6 +19,7 @@ from .conflicts import OnConflict, Theirs, find_conflicts, resolve
 from .containers import resolve_url
 from .errors import (
     AlreadyExistsError,
+    CommitStateUnknownError,
     Conflict,
     ConflictError,
     IcechunkSparkError,
@@ -536,6 +537,8 @@ class Session:
                         self._next_state, built=built, message=message, metadata=user_metadata
                     ),
                 )
+            except CommitStateUnknownError as unknown:
+                raise CommitStateUnknownError(built.snapshot_id, unknown.reason) from unknown
             except _BranchMoved as moved:
                 self._rebase(moved.state, on_conflict)
                 _backoff(attempt)  # many writers on one branch: spread out so each gets a turn

@@ -27,6 +27,10 @@ class SnapshotInfo:
     structure_file: str
     message: str = ""
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    # Set when expiry replaced this snapshot's parent with a farther ancestor: the changes of
+    # the expired snapshots in between are not in any listed transaction log, so a rebase
+    # must not cross this link (it could not see them).
+    parent_relinked: bool = False
 
     @property
     def written_at(self) -> Any:
@@ -45,6 +49,19 @@ class Ref:
 
 
 @dataclass(frozen=True, slots=True)
+class GCFence:
+    """The newest garbage collection: from which generation on it ran, and its cut-off.
+
+    GC publishes this (a compare-and-swap like a commit) before deleting anything, and
+    deletes only objects older than both ``cutoff_ms`` and the moment this generation was
+    written. A commit whose objects may predate the fence refreshes them first.
+    """
+
+    generation: int
+    cutoff_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class State:
     """The whole state of a repository at one generation."""
 
@@ -55,6 +72,10 @@ class State:
     refs: Mapping[str, Ref]
     config: Mapping[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
+    gc_fence: GCFence | None = None
+    # A random id per written state file, so a writer can recognise its own file after a
+    # lost response (two writers never write the same bytes, even for the same change).
+    change_id: str = ""
 
     def snapshot(self, snapshot_id: str) -> SnapshotInfo:
         try:
@@ -120,18 +141,27 @@ def encode_state(state: State) -> bytes:
             for r in state.refs.values()
         },
         "config": dict(state.config),
+        "change-id": state.change_id,
     }
+    if state.gc_fence is not None:
+        doc["gc-fence"] = {
+            "generation": state.gc_fence.generation,
+            "cutoff-ms": state.gc_fence.cutoff_ms,
+        }
     return json.dumps(doc, separators=(",", ":"), sort_keys=False).encode("utf-8")
 
 
 def _encode_snapshot(s: SnapshotInfo) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "snapshot-id": s.id,
         "parent-snapshot-id": s.parent_id,
         "timestamp-ms": s.timestamp_ms,
         "structure-file": s.structure_file,
         "properties": {"message": s.message, "metadata": dict(s.metadata)},
     }
+    if s.parent_relinked:
+        doc["parent-relinked"] = True
+    return doc
 
 
 def decode_state(data: bytes, name: str) -> State:
@@ -157,6 +187,8 @@ def decode_state(data: bytes, name: str) -> State:
             refs=refs,
             config=dict(doc.get("config") or {}),
             format_version=version,
+            gc_fence=_decode_fence(doc.get("gc-fence")),
+            change_id=str(doc.get("change-id", "")),
         )
     except FormatError:
         raise
@@ -173,7 +205,14 @@ def _decode_snapshot(s: Mapping[str, Any]) -> SnapshotInfo:
         structure_file=str(s["structure-file"]),
         message=str(props.get("message", "")),
         metadata=dict(props.get("metadata") or {}),
+        parent_relinked=bool(s.get("parent-relinked", False)),
     )
+
+
+def _decode_fence(doc: Mapping[str, Any] | None) -> GCFence | None:
+    if doc is None:
+        return None
+    return GCFence(generation=int(doc["generation"]), cutoff_ms=int(doc["cutoff-ms"]))
 
 
 def _ref_type(value: str) -> RefType:

@@ -117,11 +117,23 @@ class S3Storage(Storage):
             raise StorageError(f"{describe} in {self.url} failed: {exc}") from exc
 
 
+# S3 answers a failed ``If-None-Match: *`` with 412 PreconditionFailed, or with 409
+# ConditionalRequestConflict while a racing conditional write to the key is in flight.
+_PRECONDITION_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
+
+
 def _is_precondition_failure(exc: BaseException) -> bool:
+    """Whether botocore's error (anywhere in the cause chain) is a failed precondition.
+
+    Decided by the S3 error code or the HTTP status, never by the message text.
+    """
     seen: BaseException | None = exc
     while seen is not None:
-        text = repr(seen)
-        if "PreconditionFailed" in text or "412" in text:
-            return True
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict):
+            code = (response.get("Error") or {}).get("Code")
+            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            if code in _PRECONDITION_CODES or status == 412:
+                return True
         seen = seen.__cause__ or seen.__context__
     return False
