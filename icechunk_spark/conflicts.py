@@ -2,7 +2,15 @@
 
 Changes that touch different nodes or different chunks rebase silently. Overlapping chunk writes
 are conflicts a policy may resolve (``ours`` keeps our chunks, ``theirs`` drops them); overlapping
-node changes (both created a path, both rewrote metadata, a write to a deleted node) never are.
+node changes never are:
+
+* both created a node at one path; both rewrote one node's metadata;
+* a metadata update, chunk write or manifest attachment to a node deleted concurrently;
+* attached manifests (all of an array's refs) for an array whose metadata or chunks changed;
+* a node created below a group deleted concurrently, or a subtree deleted while a node was
+  created below it (either would leave an orphan);
+* chunk writes that a concurrent resize puts outside the chunk grid, or whose meaning a
+  concurrent change of chunk shape changed — in either direction (ours or theirs resized).
 """
 
 from __future__ import annotations
@@ -11,12 +19,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .changes import ChangeSet
 from .errors import Conflict
 from .format.coords import decode_coords
+from .format.structure import Node
 from .format.txlog import TransactionLog
 
 OnConflict = Literal["fail", "ours", "theirs"]
@@ -70,27 +80,21 @@ class Found:
 
 
 def find_conflicts(
-    ours: ChangeSet, theirs: Theirs, paths_by_id: Mapping[int, str], ndims: Mapping[int, int]
+    ours: ChangeSet, theirs: Theirs, our_nodes: Mapping[int, Node], tip_nodes: Mapping[int, Node]
 ) -> Found:
-    conflicts: list[Conflict] = []
-    for path in ours.created:
-        if "new_group" in theirs.node_kinds.get(path, ()) or "new_array" in theirs.node_kinds.get(
-            path, ()
-        ):
-            conflicts.append(Conflict(path, "node created concurrently at the same path"))
-    for path in ours.updated:
-        kinds = theirs.node_kinds.get(path, frozenset())
-        if "update_metadata" in kinds:
-            conflicts.append(Conflict(path, "metadata updated concurrently"))
-        if "delete_node" in kinds:
-            conflicts.append(Conflict(path, "metadata update of a node deleted concurrently"))
-    for path, node in ours.deleted.items():
-        if node.id in theirs.node_ids_updated or node.id in theirs.chunks:
-            conflicts.append(Conflict(path, "deleted a node changed concurrently"))
-    for node_id in ours.attached:
-        if node_id in theirs.chunks or node_id in theirs.node_ids_replaced:
-            path = paths_by_id.get(node_id, f"<node {node_id}>")
-            conflicts.append(Conflict(path, "all chunks replaced while changed concurrently"))
+    """Every overlap of ``ours`` with ``theirs``.
+
+    ``our_nodes`` are the session's nodes (base plus changes), ``tip_nodes`` the branch tip's,
+    both by node id.
+    """
+    paths_by_id = {i: n.path for i, n in our_nodes.items()}
+    ndims = {i: n.meta.ndim for i, n in our_nodes.items() if n.meta is not None}
+    conflicts = [
+        *_node_conflicts(ours, theirs),
+        *_tree_conflicts(ours, theirs),
+        *_attached_conflicts(ours, theirs, paths_by_id),
+        *_resize_conflicts(ours, theirs, our_nodes, tip_nodes),
+    ]
     overlaps: dict[int, pa.Array] = {}
     for node_id, changes in ours.chunks.items():
         if not len(changes):
@@ -112,6 +116,103 @@ def find_conflicts(
             coords = tuple(tuple(int(i) for i in c) for c in decode_coords(both, ndims[node_id]))
             conflicts.append(Conflict(path, "chunk written concurrently", coords))
     return Found(tuple(conflicts), overlaps)
+
+
+def _node_conflicts(ours: ChangeSet, theirs: Theirs) -> list[Conflict]:
+    conflicts = []
+    for path in ours.created:
+        kinds = theirs.node_kinds.get(path, frozenset())
+        if "new_group" in kinds or "new_array" in kinds:
+            conflicts.append(Conflict(path, "node created concurrently at the same path"))
+    for path in ours.updated:
+        kinds = theirs.node_kinds.get(path, frozenset())
+        if "update_metadata" in kinds:
+            conflicts.append(Conflict(path, "metadata updated concurrently"))
+        if "delete_node" in kinds:
+            conflicts.append(Conflict(path, "metadata update of a node deleted concurrently"))
+    for path, node in ours.deleted.items():
+        if node.id in theirs.node_ids_updated or node.id in theirs.chunks:
+            conflicts.append(Conflict(path, "deleted a node changed concurrently"))
+    return conflicts
+
+
+def _tree_conflicts(ours: ChangeSet, theirs: Theirs) -> list[Conflict]:
+    """Changes that, rebased, would leave a node without its parent group."""
+    deleted_by_them = {p for p, k in theirs.node_kinds.items() if "delete_node" in k}
+    created_by_them = {
+        p for p, k in theirs.node_kinds.items() if "new_group" in k or "new_array" in k
+    }
+    conflicts = []
+    for path in ours.created:
+        if any(a in deleted_by_them for a in _ancestors(path)):
+            conflicts.append(Conflict(path, "created while its parent group deleted concurrently"))
+    for path in ours.deleted:
+        below = "/" if path == "/" else path + "/"
+        if any(p == path or p.startswith(below) for p in created_by_them):
+            conflicts.append(Conflict(path, "deleted while a node was created concurrently below"))
+    return conflicts
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.strip("/").split("/")
+    return ["/" + "/".join(parts[:i]) for i in range(len(parts))] if path != "/" else []
+
+
+def _attached_conflicts(
+    ours: ChangeSet, theirs: Theirs, paths_by_id: Mapping[int, str]
+) -> list[Conflict]:
+    """Attached manifests hold *all* of an array's refs: any concurrent change to it overlaps."""
+    conflicts = []
+    for node_id in ours.attached:
+        path = paths_by_id.get(node_id, f"<node {node_id}>")
+        if node_id in theirs.node_ids_deleted:
+            conflicts.append(Conflict(path, "manifests attached to an array deleted concurrently"))
+        elif node_id in theirs.node_ids_updated:
+            conflicts.append(
+                Conflict(path, "manifests attached while metadata updated concurrently")
+            )
+        elif node_id in theirs.chunks or node_id in theirs.node_ids_replaced:
+            conflicts.append(Conflict(path, "all chunks replaced while changed concurrently"))
+    return conflicts
+
+
+def _resize_conflicts(
+    ours: ChangeSet, theirs: Theirs, mine: Mapping[int, Node], tip: Mapping[int, Node]
+) -> list[Conflict]:
+    """Chunk writes on one side that the other side's new metadata puts off the grid."""
+    conflicts = []
+    for node_id, changes in ours.chunks.items():
+        node, own = tip.get(node_id), mine.get(node_id)
+        if not len(changes) or node_id not in theirs.node_ids_updated or node is None:
+            continue
+        written_under = own.meta.chunk_shape if own is not None and own.meta else None
+        problem = _off_grid(node, changes.changed_coords(), written_under)
+        if problem:
+            conflicts.append(Conflict(node.path, f"chunks written {problem}"))
+    for path, node in ours.updated.items():
+        their_coords = theirs.chunks.get(node.id)
+        old = tip.get(node.id)
+        if their_coords is None or old is None or old.meta is None:
+            continue
+        problem = _off_grid(node, their_coords, old.meta.chunk_shape)
+        if problem:
+            conflicts.append(Conflict(path, f"metadata changed: concurrent chunk writes {problem}"))
+    return conflicts
+
+
+def _off_grid(node: Node, coords: pa.Array, chunk_shape: tuple[int, ...] | None) -> str | None:
+    """Why ``coords`` (written under ``chunk_shape``) do not fit ``node``'s grid, or None."""
+    meta = node.meta
+    if meta is None:
+        return None
+    if chunk_shape is not None and tuple(chunk_shape) != meta.chunk_shape:
+        return "to an array whose chunk shape changed concurrently"
+    if meta.ndim == 0 or not len(coords):
+        return None
+    grid = np.asarray(meta.grid_shape, dtype=np.int64)
+    if np.any(decode_coords(coords, meta.ndim) >= grid):
+        return "outside the chunk grid of an array resized concurrently"
+    return None
 
 
 def resolve(found: Found, ours: ChangeSet, policy: OnConflict) -> Sequence[Conflict]:

@@ -590,18 +590,19 @@ class Session:
                 self.branch, "branch was reset to a snapshot that does not descend from ours"
             )
             raise ConflictError([reset], self.branch)
+        tip_view = self._repo.snapshot_view(tip, state)
         with self._changes.lock:
             nodes = current_nodes(self._base, self._changes)
             found = find_conflicts(
                 self._changes,
                 Theirs.from_logs(logs),
-                {n.id: p for p, n in nodes.items()},
-                {n.id: n.meta.ndim for n in nodes.values() if n.meta is not None},
+                {n.id: n for n in nodes.values()},
+                {n.id: n for n in tip_view.nodes.values()},
             )
             left = resolve(found, self._changes, on_conflict)
             if left:
                 raise ConflictError(left, self.branch)
-        self._base = self._repo.snapshot_view(tip, state)
+        self._base = tip_view
 
     def _require_writable(self) -> None:
         if self._committed:
