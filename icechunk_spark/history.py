@@ -13,8 +13,11 @@ listed snapshot needs any more. Decisions, following Iceberg and Icechunk:
   ``delete_expired_tags`` delete the refs whose tip is older than ``older_than``; the ``main``
   branch is never deleted. The repository's first snapshot is not special: it may be expired.
 * The remaining history is re-linked: each kept snapshot's ``parent_id`` becomes its nearest
-  kept ancestor, or ``None`` when none is left. So ``ancestry`` walks only listed snapshots, and
-  a rebase never needs the transaction log of an expired snapshot (GC may delete it).
+  kept ancestor, or ``None`` when none is left, and the snapshot is marked ``parent_relinked``.
+  So ``ancestry`` walks only listed snapshots. A rebase never reads the transaction log of an
+  expired snapshot (GC may delete it); instead it refuses to cross a re-linked edge, since the
+  changes of the snapshots skipped there are unknown (a session based on a tagged snapshot
+  could otherwise overwrite an expired commit's chunks without a conflict).
 * Expiry is a pure change of the latest state, applied with compare-and-swap by
   ``refs.update_state`` and recomputed after every lost race, so it is safe while others commit.
   A session whose parent was expired meanwhile can only be one whose branch moved on (tips are
@@ -251,7 +254,11 @@ def _relinked(
     parent = nearest[cursor] if cursor is not None and cursor in nearest else cursor
     for expired_id in walked:
         nearest[expired_id] = parent
-    return info if parent == info.parent_id else replace(info, parent_id=parent)
+    if parent == info.parent_id:
+        return info
+    # The snapshots skipped over are gone from every listed transaction log: mark the link so
+    # a rebase never crosses it believing it saw every change (see Session._rebase).
+    return replace(info, parent_id=parent, parent_relinked=True)
 
 
 def utc_ms(when: datetime, name: str) -> int:

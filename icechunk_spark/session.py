@@ -581,13 +581,25 @@ class Session:
         tip = state.branch(self.branch).snapshot_id
         logs = []
         cursor: str | None = tip
+        if self._base.snapshot_id not in state.snapshots:
+            cursor = None  # our base was expired: the branch cannot descend from it any more
         while cursor is not None and cursor != self._base.snapshot_id:
-            logs.append(decode_txlog(self._repo.storage.get(txlog_key(cursor)), txlog_key(cursor)))
             info = state.snapshots.get(cursor)
+            if info is not None and info.parent_relinked:
+                # Snapshots between here and our base were expired: their changes are unknown.
+                expired = Conflict(
+                    self.branch,
+                    f"snapshots committed since this session's base were expired (below "
+                    f"{cursor}), so their changes cannot be checked",
+                )
+                raise ConflictError([expired], self.branch)
+            logs.append(decode_txlog(self._repo.storage.get(txlog_key(cursor)), txlog_key(cursor)))
             cursor = info.parent_id if info is not None else None
         if cursor is None:
             reset = Conflict(
-                self.branch, "branch was reset to a snapshot that does not descend from ours"
+                self.branch,
+                "branch was reset to a snapshot that does not descend from ours, or this "
+                "session's base was expired",
             )
             raise ConflictError([reset], self.branch)
         tip_view = self._repo.snapshot_view(tip, state)
