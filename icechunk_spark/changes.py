@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -93,6 +93,24 @@ class ArrayChanges:
         ]
         self._merged = None
 
+    def chunk_ids(self) -> frozenset[str]:
+        """Every chunk file (``c/<id>``) these changes reference."""
+        ids = [r.chunk_id for r in self.pending.values() if r is not None and r.chunk_id]
+        for table in self.tables:
+            ids.extend(i for i in pc.unique(table.column("chunk_id")).to_pylist() if i)
+        return frozenset(ids)
+
+    def rename_chunks(self, renamed: dict[str, str]) -> None:
+        """Point every ref at chunk file ``old`` to ``renamed[old]`` instead."""
+        self.pending = {
+            k: replace(r, chunk_id=renamed[r.chunk_id])
+            if r is not None and r.chunk_id in renamed
+            else r
+            for k, r in self.pending.items()
+        }
+        self.tables = [_rename_chunk_column(t, renamed) for t in self.tables]
+        self._merged = None
+
     def _freeze_pending(self) -> None:
         if self.pending:
             self.tables.append(pending_table(self.pending))
@@ -101,6 +119,15 @@ class ArrayChanges:
 
     def __len__(self) -> int:
         return sum(int(t.num_rows) for t in self.tables) + len(self.pending)
+
+
+def _rename_chunk_column(table: pa.Table, renamed: dict[str, str]) -> pa.Table:
+    column = table.column("chunk_id")
+    if column.null_count == len(column):
+        return table
+    values = [renamed.get(v, v) if v is not None else None for v in column.to_pylist()]
+    index = table.schema.get_field_index("chunk_id")
+    return table.set_column(index, "chunk_id", pa.array(values, pa.string()))
 
 
 def pending_table(pending: dict[bytes, Pending]) -> pa.Table:
@@ -153,6 +180,14 @@ class ChangeSet:
             assert node.meta is not None
             changes = self.chunks[node.id] = ArrayChanges(node.id, node.meta.ndim)
         return changes
+
+    def chunk_ids(self) -> frozenset[str]:
+        """Every chunk file the uncommitted refs point to."""
+        return frozenset(i for c in self.chunks.values() for i in c.chunk_ids())
+
+    def rename_chunks(self, renamed: dict[str, str]) -> None:
+        for changes in self.chunks.values():
+            changes.rename_chunks(renamed)
 
     def modified_array_ids(self) -> Iterator[int]:
         yield from (i for i, c in self.chunks.items() if len(c))

@@ -91,3 +91,8 @@ class RepositoryConfig:
 
     def with_manifests(self, manifests: Mapping[str, Any]) -> RepositoryConfig:
         return replace(self, manifests=manifests)
+
+    def with_container(self, prefix: str, options: Mapping[str, Any]) -> RepositoryConfig:
+        """This config with the virtual chunk container ``prefix`` added (or its options set)."""
+        containers = {**self.virtual_chunk_containers, prefix: dict(options)}
+        return replace(self, virtual_chunk_containers=containers)

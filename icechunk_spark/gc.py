@@ -13,26 +13,34 @@ cut-off and its generation is below both the latest generation and the generatio
 ``icechunk.json``. Readers start from that copy and probe ``t/<g+1>``, ``t/<g+2>``… so every
 state file above it must stay. (A writer stalled between creating ``t/<g>`` and replacing the
 hint could later put back an older hint; were the state files above it deleted meanwhile,
-readers would miss them. That needs a stall longer than the age of the cut-off: one more reason
-to choose a cut-off well in the past.) Leftover ``.tmp-`` files older than the cut-off go too,
-when a storage lists them (local storage currently hides them).
+readers would miss them; so readers treat a hint whose own state file is gone as stale and
+list ``t/``, see ``refs``.)
 
-Why a commit racing with GC stays readable:
+Abandoned write areas go too: objects under ``staging/<write id>/`` (Spark writes that never
+committed or cleaned up) and local temporary files (``.tmp-*`` of interrupted writes), when
+older than the cut-off.
 
-1. The objects a commit reuses come from its parent, which is its branch's tip when the commit
-   lands. Tips are never expired, and a snapshot dropped from the state never comes back, so a
-   parent that existed before GC read the state was listed in that state, and everything it
-   reaches is kept. A parent committed after GC read the state is itself such a commit
-   (induction down to a snapshot listed when GC started).
-2. The objects a commit writes itself (chunks, manifests, structure, attributes, transaction
-   log) were written after its session started. If the cut-off is older than the start of every
-   in-flight session, they are too fresh to delete. That is the contract (Icechunk's too):
-   **choose a cut-off older than the oldest session still writing**, e.g. a day ago.
-3. With a later cut-off (say "now"), GC still keeps a session's objects when the session commits
-   while GC runs: after listing, GC reads the latest state again, right before deleting, and
-   keeps everything reachable from snapshots that appeared since it started. A session that
-   wrote objects before such a cut-off and commits after that second read is not protected:
-   only a cut-off older than its start is.
+Why no commit ever publishes an object GC deleted — the **fence**:
+
+1. Before listing objects, GC records its cut-off in the state (``gc-fence``), with the same
+   compare-and-swap as commits, and takes as its cut-off in effect the earlier of the requested
+   one and the moment that state file was written (the storage's clock). So an object written
+   after the fence is never deleted by this run.
+2. A commit publishes only on a state it read. If that state carries a fence newer than the
+   state the session started from, the session's objects may predate the cut-off: the commit
+   copies the chunk files it references to new ids (written after the fence, so kept) and
+   rebuilds its manifests and structure; a chunk file already deleted stops the commit with
+   ``StaleSessionError`` before anything is published. A session that started after the
+   cut-off skips the copy (its objects are younger than the cut-off).
+3. The objects a commit reuses come from its parent, its branch's tip when the commit lands.
+   Tips are never expired and an expired snapshot never comes back, so the parent was listed
+   when GC read the state, and everything it reaches is kept — or it is a commit landed after
+   the fence, kept by 1 and 2. GC also reads the state again right before deleting and keeps
+   what the snapshots listed then reach.
+
+So a cut-off of "now" is safe for the data; it only makes in-flight sessions older than the
+cut-off copy their chunk files, or fail, at commit. The CLI and the maintenance job default to
+a week ago. A dry run writes nothing (no fence).
 
 Objects are compared by the storage's modification time (the storage's clock, not ours). S3
 listings report whole seconds (``Storage.mtime_resolution_ms``), so such a time is taken as the
@@ -50,11 +58,11 @@ from typing import TYPE_CHECKING
 
 from .errors import FormatError, NotFoundError
 from .format.parquet import read_parquet_bytes
-from .format.state import SnapshotInfo, State, decode_state
+from .format.state import GCFence, SnapshotInfo, State, decode_state
 from .format.structure import StructureRow, decode_structure
 from .history import utc_ms
 from .progress import Progress, track
-from .refs import HINT_KEY, STATE_PREFIX, read_latest_state
+from .refs import HINT_KEY, STATE_PREFIX, read_latest_state, state_key, update_state
 from .snapshot import attributes_key, chunk_key, manifest_key, structure_key, txlog_key
 from .storage import ObjectInfo, Storage
 
@@ -63,6 +71,7 @@ if TYPE_CHECKING:
 
     from .repository import Repository
 
+STAGING_PREFIX = "staging/"  # write areas of Spark jobs: never reachable from a snapshot
 # Prefix -> the GCSummary field counting deletions under it.
 _KINDS = {
     "c/": "chunks_deleted",
@@ -71,6 +80,7 @@ _KINDS = {
     "a/": "attributes_deleted",
     "x/": "transaction_logs_deleted",
     STATE_PREFIX: "state_files_deleted",
+    STAGING_PREFIX: "staging_files_deleted",
 }
 _TEMP_PREFIX = ".tmp-"
 _DELETE_BATCH = 1000  # S3 DeleteObjects' limit; also the step of the progress report
@@ -86,6 +96,7 @@ class GCSummary:
     attributes_deleted: int = 0
     transaction_logs_deleted: int = 0
     state_files_deleted: int = 0
+    staging_files_deleted: int = 0
     temporary_files_deleted: int = 0
     bytes_deleted: int = 0
 
@@ -98,6 +109,7 @@ class GCSummary:
             + self.attributes_deleted
             + self.transaction_logs_deleted
             + self.state_files_deleted
+            + self.staging_files_deleted
             + self.temporary_files_deleted
         )
 
@@ -135,14 +147,22 @@ def garbage_collect(
     cutoff_ms = utc_ms(delete_object_older_than, "delete_object_older_than")
     storage = repo.storage
     state = read_latest_state(storage)
-    keep_states_from = min(state.generation, _hint_generation(storage, state))
     reachable = _Reachable()
     _mark(storage, repo.pool, state.snapshots.values(), reachable, progress)
+    if dry_run:
+        # Report what a real run would delete: its fence would become the newest state (and
+        # the hint), putting the state file read now below it.
+        keep_states_from = state.generation + 1
+    else:
+        # Only now, when reachability is known to be complete, does GC write anything.
+        fence, cutoff_ms = _publish_fence(storage, cutoff_ms)
+        keep_states_from = min(fence.generation, _hint_generation(storage, fence))
 
+    listings = [*_KINDS, None]  # None: the storage's leftover temporary files
     garbage = [
         info
-        for prefix in track(progress, "listing objects", _KINDS, len(_KINDS))
-        for info in storage.list(prefix)
+        for prefix in track(progress, "listing objects", listings, len(listings))
+        for info in (storage.list(prefix) if prefix else storage.list_temporary())
         if _is_garbage(info, reachable, cutoff_ms, keep_states_from, storage.mtime_resolution_ms)
     ]
 
@@ -155,6 +175,22 @@ def garbage_collect(
     if not dry_run:
         _delete(storage, [info.key for info in garbage], progress)
     return _summarize(garbage)
+
+
+def _publish_fence(storage: Storage, cutoff_ms: int) -> tuple[State, int]:
+    """Record the cut-off in the state; returns that state and the cut-off in effect.
+
+    The cut-off in effect is never later than the moment the fence's state file was written
+    (by the storage's clock), so nothing a session writes after seeing the fence qualifies.
+    """
+
+    def fenced(state: State) -> State:
+        return state.next(gc_fence=GCFence(state.generation + 1, cutoff_ms))
+
+    state = update_state(storage, fenced)
+    key = state_key(state.generation)
+    written = next((i.modified_ms for i in storage.list(key) if i.key == key), 0)
+    return state, min(cutoff_ms, written)
 
 
 def _delete(storage: Storage, keys: Sequence[str], progress: Progress | None) -> None:
@@ -242,6 +278,8 @@ def _is_garbage(
         return True
     if info.key.startswith(STATE_PREFIX):
         return name.isdigit() and int(name) < keep_states_from
+    if info.key.startswith(STAGING_PREFIX):
+        return True  # an abandoned write's area: a live write would be younger than the cut-off
     return info.key not in reachable.keys
 
 

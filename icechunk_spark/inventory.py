@@ -256,6 +256,14 @@ class StatsLog:
         with self._lock:
             self._rows.setdefault(node_id, []).append((coord, chunk_id, inline, stats))
 
+    def rename_chunks(self, renamed: dict[str, str]) -> None:
+        """Follow chunk files copied to new ids (see ``ChangeSet.rename_chunks``)."""
+        with self._lock:
+            self._rows = {
+                node: [(c, renamed.get(i, i) if i else i, b, s) for c, i, b, s in rows]
+                for node, rows in self._rows.items()
+            }
+
     def table(self, node_id: int) -> pa.Table | None:
         with self._lock:
             rows = list(self._rows.get(node_id, ()))

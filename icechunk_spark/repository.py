@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -172,21 +172,48 @@ class Repository:
         return read_latest_state(self.storage)
 
     def set_config(self, config: RepositoryConfig | Mapping[str, Any]) -> RepositoryConfig:
-        """Validate and store a new repository config (keys not given keep their value)."""
-        new = RepositoryConfig.from_dict(self.state().config).merged(config)
-        update_state(self.storage, lambda s: s.next(config=new.to_dict()))
+        """Validate and store a new repository config (keys not given keep their value).
+
+        The change is merged into the config stored at the moment of the compare-and-swap, so
+        a concurrent change to other keys is kept, never overwritten.
+
+        Raises:
+            ConfigError: the merged config is invalid.
+        """
+        return self._update_config(lambda stored: stored.merged(config))
+
+    def set_virtual_chunk_container(
+        self, prefix: str, options: Mapping[str, Any] | None = None
+    ) -> RepositoryConfig:
+        """Allow virtual refs into ``prefix`` (fsspec ``options`` to read it), keeping the
+        containers stored already, including ones added concurrently."""
+        return self._update_config(lambda stored: stored.with_container(prefix, options or {}))
+
+    def _update_config(
+        self, change: Callable[[RepositoryConfig], RepositoryConfig]
+    ) -> RepositoryConfig:
+        def next_state(state: State) -> State:
+            return state.next(config=change(RepositoryConfig.from_dict(state.config)).to_dict())
+
+        published = update_state(self.storage, next_state)
+        self.adopt_config(published.config)
+        return RepositoryConfig.from_dict(published.config)
+
+    def adopt_config(self, stored: Mapping[str, Any]) -> None:
+        """Use ``stored`` (a state's config) from now on, under this handle's overrides."""
+        new = RepositoryConfig.from_dict(stored)
         self.config = new.merged(self._config_override) if self._config_override else new
         self.manifest_config = (
             parse_config(new.manifests) if new.manifests is not None else default_config()
         )
-        return new
 
     # -- sessions -------------------------------------------------------------------------
     def writable_session(self, branch: str = DEFAULT_BRANCH) -> Session:
         """A session that commits to ``branch``. Raises ``NotFoundError`` for an unknown branch."""
         state = self.state()
         tip = state.branch(branch).snapshot_id
-        return Session(self, self._view_with_preload(tip, state), branch, read_only=False)
+        view = self._view_with_preload(tip, state)
+        return Session(self, view, branch, read_only=False, fresh_since=state.generation)
 
     def readonly_session(
         self,
@@ -292,14 +319,14 @@ class Repository:
         *,
         progress: Progress | None = None,
     ) -> str:
-        """Store a new manifest config and repack every manifest under it, in one commit.
+        """Store a new manifest config and repack every manifest under it, in one commit:
+        if the commit fails, neither the config nor any manifest changes.
 
         ``progress`` hears the stages: reading manifests, then writing them.
         """
         parsed = config if isinstance(config, ManifestConfig) else parse_config(config)
-        self.set_config({"manifests": parsed.to_dict()})
         session = self.writable_session(branch)
-        session.repack_manifests()
+        session.repack_manifests(parsed)  # the config is stored by the same commit
         # Read every manifest up front, in parallel, so the (cached) reads are a stage of
         # their own rather than hidden in the commit's writes.
         ids = sorted({m.manifest_id for n in session.list_nodes() for m in n.manifests})

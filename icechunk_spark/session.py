@@ -6,8 +6,9 @@ import functools
 import json
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .changes import ChangeSet
+from .config import RepositoryConfig
 from .conflicts import OnConflict, Theirs, find_conflicts, resolve
 from .containers import resolve_url
 from .errors import (
@@ -26,6 +28,7 @@ from .errors import (
     InvalidInputError,
     NotFoundError,
     ReadOnlyError,
+    StaleSessionError,
 )
 from .flush import BuiltSnapshot, build_snapshot, current_nodes
 from .format.coords import decode_coords, encode_coord, encode_coords
@@ -43,8 +46,9 @@ from .inventory import (
     stats_enabled,
 )
 from .progress import Progress
-from .refs import update_state
+from .refs import state_key, update_state
 from .snapshot import ChunkRef, SnapshotView, chunk_key, txlog_key
+from .splitting import ManifestConfig
 
 if TYPE_CHECKING:
     from .repository import Repository
@@ -59,6 +63,14 @@ def _backoff(attempt: int) -> None:
 
 class _BranchMoved(Exception):
     """Internal: the branch tip is not our parent any more (carries the state seen)."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+
+
+class _CollectedSince(Exception):
+    """Internal: garbage collection started after our objects were written (carries the
+    state with its fence)."""
 
     def __init__(self, state: State) -> None:
         self.state = state
@@ -95,15 +107,31 @@ class Session:
     """
 
     def __init__(
-        self, repo: Repository, base: SnapshotView, branch: str | None, read_only: bool
+        self,
+        repo: Repository,
+        base: SnapshotView,
+        branch: str | None,
+        read_only: bool,
+        fresh_since: int = -1,
     ) -> None:
+        """Prefer ``repo.writable_session`` / ``repo.readonly_session``.
+
+        ``fresh_since``: a state generation that had been published before any object this
+        session's changes will reference was written (-1: unknown). It decides whether a
+        garbage collection that starts later could have deleted those objects.
+        """
         self._repo = repo
+        self._fresh_since = fresh_since
         self._base = base
         self.branch = branch
         self.read_only = read_only
         self._changes = ChangeSet()
         self._stats = StatsLog()  # chunk statistics of this session's writes (config-selected)
         self._committed = False
+        # A manifest config to build under, and the config change the commit publishes with
+        # it (repack_manifests); None: the repository's, unchanged.
+        self._manifest_config: ManifestConfig | None = None
+        self._config_change: Callable[[RepositoryConfig], RepositoryConfig] | None = None
 
     # -- identity -------------------------------------------------------------------------
     @property
@@ -352,10 +380,18 @@ class Session:
             self._changes.chunks.pop(node.id, None)
             self._changes.attached[node.id] = tuple(manifests)
 
-    def repack_manifests(self) -> None:
-        """Have the commit rewrite every manifest under the repository's manifest config."""
+    def repack_manifests(self, config: ManifestConfig | None = None) -> None:
+        """Have the commit rewrite every manifest under the repository's manifest config.
+
+        Args:
+            config: repack under this manifest config instead; the commit then also stores
+                it as the repository's, in the same compare-and-swap.
+        """
         self._require_writable()
         self._changes.repack_all = True
+        if config is not None:
+            self._manifest_config = config
+            self._config_change = lambda stored: stored.with_manifests(config.to_dict())
 
     def get_chunk_ref(self, path: str, coord: Sequence[int]) -> ChunkRef | None:
         """Where the chunk's bytes are, or ``None`` when it was never written."""
@@ -525,13 +561,13 @@ class Session:
                 self._repo.storage,
                 self._base,
                 self._changes,
-                self._repo.manifest_config,
+                self._manifest_config or self._repo.manifest_config,
                 self._repo.pool,
                 self._stats.tables(),
                 progress,
             )
             try:
-                update_state(
+                published = update_state(
                     self._repo.storage,
                     functools.partial(
                         self._next_state, built=built, message=message, metadata=user_metadata
@@ -539,10 +575,15 @@ class Session:
                 )
             except CommitStateUnknownError as unknown:
                 raise CommitStateUnknownError(built.snapshot_id, unknown.reason) from unknown
+            except _CollectedSince as collected:
+                self._protect_from_gc(collected.state)
+                continue
             except _BranchMoved as moved:
                 self._rebase(moved.state, on_conflict)
                 _backoff(attempt)  # many writers on one branch: spread out so each gets a turn
                 continue
+            if self._config_change is not None:
+                self._repo.adopt_config(published.config)
             self._committed = True
             self.read_only = True
             self._base = SnapshotView(built.snapshot_id, built.nodes, self._repo.manifest_cache)
@@ -557,6 +598,9 @@ class Session:
         self, state: State, built: BuiltSnapshot, message: str, metadata: Mapping[str, Any]
     ) -> State:
         assert self.branch is not None
+        fence = state.gc_fence
+        if fence is not None and fence.generation > self._fresh_since:
+            raise _CollectedSince(state)
         tip = state.branch(self.branch).snapshot_id
         if tip != self._base.snapshot_id:
             raise _BranchMoved(state)
@@ -571,10 +615,72 @@ class Session:
             message=message,
             metadata=metadata,
         )
+        config = state.config
+        if self._config_change is not None:
+            config = self._config_change(RepositoryConfig.from_dict(config)).to_dict()
         return state.next(
             snapshots={**state.snapshots, info.id: info},
             refs={**state.refs, self.branch: Ref(self.branch, info.id, "branch")},
+            config=config,
         )
+
+    def _protect_from_gc(self, state: State) -> None:
+        """Make sure GC (whose fence ``state`` carries) cannot delete what we will publish.
+
+        GC deletes only objects older than its cut-off and older than its fence. If this
+        session's objects all postdate the cut-off, nothing is to do. Otherwise the chunk files
+        our changes reference are copied to new ids (written after the fence, so GC keeps
+        them); manifests and the structure are rebuilt anyway. What is already gone cannot be
+        saved: then the commit stops before publishing.
+
+        Raises:
+            StaleSessionError: GC deleted a chunk file this session wrote, or manifests were
+                attached (their chunk files cannot be re-checked here).
+        """
+        fence = state.gc_fence
+        assert fence is not None
+        began_ms = self._fresh_since_ms()
+        if began_ms is not None and fence.cutoff_ms <= began_ms:
+            self._fresh_since = state.generation  # the cut-off predates every object of ours
+            return
+        cutoff = datetime.fromtimestamp(fence.cutoff_ms / 1000, tz=UTC).isoformat()
+        if self._changes.attached:
+            raise StaleSessionError(
+                f"garbage collection with a cut-off of {cutoff} started while this session "
+                "was writing, and may delete the chunk files of its attached manifests; "
+                "nothing was committed: run the write again"
+            )
+        with self._changes.lock:
+            renamed = self._copy_chunk_files(sorted(self._changes.chunk_ids()), cutoff)
+            self._changes.rename_chunks(renamed)
+            self._stats.rename_chunks(renamed)
+        self._fresh_since = state.generation
+
+    def _fresh_since_ms(self) -> int | None:
+        """When (storage clock) the state ``fresh_since`` was written; None if unknown/gone."""
+        if self._fresh_since < 0:
+            return None
+        key = state_key(self._fresh_since)
+        return next((i.modified_ms for i in self._repo.storage.list(key) if i.key == key), None)
+
+    def _copy_chunk_files(self, chunk_ids: Sequence[str], cutoff: str) -> dict[str, str]:
+        storage = self._repo.storage
+
+        def copy(old: str) -> tuple[str, str]:
+            try:
+                data = storage.get(chunk_key(old))
+            except NotFoundError:
+                raise StaleSessionError(
+                    f"garbage collection with a cut-off of {cutoff} deleted chunk file "
+                    f"{chunk_key(old)!r}, written by this session before the cut-off; nothing "
+                    "was committed: write the data again in a new session, and collect garbage "
+                    "with a cut-off older than the longest write (e.g. 7 days)"
+                ) from None
+            new = new_object_id()
+            storage.put(chunk_key(new), data)
+            return old, new
+
+        return dict(self._repo.pool.map(copy, chunk_ids))
 
     def _rebase(self, state: State, on_conflict: OnConflict) -> None:
         assert self.branch is not None

@@ -14,8 +14,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from icechunk_spark.errors import InvalidInputError
+from icechunk_spark.history import expire_state
 from icechunk_spark.repository import Repository
 from icechunk_spark.spark.jobs import base_parser, run, storage_options
+from icechunk_spark.splitting import parse_config
 
 
 def expiry_cutoff(
@@ -41,26 +43,39 @@ def main() -> int:
     parser.add_argument(
         "--gc-days",
         type=float,
-        default=0.0,
-        help="only delete objects older than this (default 0: all unreachable)",
+        default=7.0,
+        help="only delete objects older than this many days (default 7, as the CLI): longer "
+        "than any write takes, so in-flight writes never lose their chunk files",
     )
     parser.add_argument(
         "--manifests", help="repack every manifest under this manifest config (YAML)"
     )
-    parser.add_argument("--dry-run", action="store_true", help="report what GC would delete")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="report what would be done; write nothing"
+    )
     args = parser.parse_args()
 
     def body() -> tuple[Repository, str | None]:
         repo = Repository.open(args.repo, storage_options=storage_options(args.storage_option))
+        if args.gc_days < 0:
+            raise InvalidInputError("--gc-days must be >= 0")
         if args.manifests:
-            snapshot = repo.rewrite_manifests(
-                Path(args.manifests).read_text(), "repack manifests", args.branch
-            )
-            count = len(repo.manifests(snapshot))
-            print(f"maintain: repacked manifests into snapshot {snapshot} ({count} manifests)")
+            config = parse_config(Path(args.manifests).read_text())  # checked even on a dry run
+            if args.dry_run:
+                print(f"maintain: would repack manifests under {args.manifests}")
+            else:
+                snapshot = repo.rewrite_manifests(config, "repack manifests", args.branch)
+                count = len(repo.manifests(snapshot))
+                print(f"maintain: repacked manifests into snapshot {snapshot} ({count} manifests)")
         cutoff = expiry_cutoff(repo, args.branch, args.keep_last, args.keep_days)
-        expired = repo.expire_snapshots(cutoff) if not args.dry_run else frozenset()
-        print(f"maintain: expired {len(expired)} snapshots older than {cutoff.isoformat()}")
+        if args.dry_run:
+            expired = expire_state(repo.state(), int(cutoff.timestamp() * 1000))[1]
+            print(
+                f"maintain: would expire {len(expired)} snapshots older than {cutoff.isoformat()}"
+            )
+        else:
+            expired = repo.expire_snapshots(cutoff)
+            print(f"maintain: expired {len(expired)} snapshots older than {cutoff.isoformat()}")
         summary = repo.garbage_collect(
             datetime.now(tz=UTC) - timedelta(days=args.gc_days), dry_run=args.dry_run
         )

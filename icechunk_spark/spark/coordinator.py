@@ -53,7 +53,8 @@ def open_write_session(repo: Repository, plan: WritePlan) -> Session:
     and reports chunks both wrote as conflicts. (Core API wish: ``writable_session(branch,
     base_snapshot_id=...)``; until then the session is built the way the repository does.)
     """
-    return Session(repo, repo.snapshot_view(plan.base_snapshot), plan.branch, read_only=False)
+    view = repo.snapshot_view(plan.base_snapshot)
+    return Session(repo, view, plan.branch, read_only=False, fresh_since=plan.base_generation)
 
 
 def grown_shape(meta: ArrayMeta, axis: int | None, hi: np.ndarray | None) -> tuple[int, ...]:

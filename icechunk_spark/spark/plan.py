@@ -63,6 +63,9 @@ class WritePlan:
     # Sort staged files by (array, coord): the driver API's piece tasks then read only the
     # row groups of their piece. The data source's commit reads everything, so it skips this.
     sort_staged: bool = False
+    # The state generation the plan was made from: every object the write creates is younger,
+    # which tells the commit whether a garbage collection since could have deleted them.
+    base_generation: int = -1
 
     @property
     def staging_prefix(self) -> str:
@@ -125,7 +128,8 @@ def make_plan(options: Mapping[str, str], columns: Sequence[str], overwrite: boo
         raise InvalidInputError("option metadata must be a JSON object")
     repo = repo_opts.open()
     try:
-        base = repo.lookup_branch(branch)
+        state = repo.state()
+        base = state.branch(branch).snapshot_id
         session = repo.readonly_session(snapshot_id=base)
         existing = {n.path: n.zarr_json for n in session.list_nodes() if n.type == "array"}
         config = repo.config
@@ -160,6 +164,7 @@ def make_plan(options: Mapping[str, str], columns: Sequence[str], overwrite: boo
         inline_threshold=config.inline_chunk_threshold_bytes,
         containers=tuple(config.virtual_chunk_containers),
         stage_rows=get_int(options, "stage_rows", DEFAULT_STAGE_ROWS),
+        base_generation=state.generation,
     )
 
 

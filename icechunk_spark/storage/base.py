@@ -61,6 +61,13 @@ class Storage(ABC):
     def exists(self, key: str) -> bool:
         """Whether the object exists (never used to decide a write: see put_if_absent)."""
 
+    def list_temporary(self) -> Iterator[ObjectInfo]:
+        """Temporary files that interrupted writes left behind (none on most backends).
+
+        Their keys can be passed to ``delete``; garbage collection removes the old ones.
+        """
+        return iter(())
+
     def get_many(self, keys: Iterable[str]) -> builtins.list[bytes]:
         return [self.get(k) for k in keys]
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from ..errors import NotFoundError, StorageError
 from .base import ObjectInfo, Storage
 
+_TEMP_PREFIX = ".tmp-"  # a write in progress (or one a crash interrupted)
+
 
 class LocalStorage(Storage):
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -45,7 +47,7 @@ class LocalStorage(Storage):
     def _write_temp(self, key: str, data: bytes) -> str:
         folder = self._path(key).parent
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=_TEMP_PREFIX)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -78,7 +80,7 @@ class LocalStorage(Storage):
             return
         for dirpath, _dirs, files in os.walk(folder):
             for name in files:
-                if name.startswith(".tmp-"):
+                if name.startswith(_TEMP_PREFIX):
                     continue
                 full = os.path.join(dirpath, name)
                 key = os.path.relpath(full, self.root).replace(os.sep, "/")
@@ -88,6 +90,19 @@ class LocalStorage(Storage):
                     st = os.stat(full)
                 except FileNotFoundError:
                     continue  # deleted while listing
+                yield ObjectInfo(key, st.st_size, int(st.st_mtime * 1000))
+
+    def list_temporary(self) -> Iterator[ObjectInfo]:
+        for dirpath, _dirs, files in os.walk(self.root):
+            for name in files:
+                if not name.startswith(_TEMP_PREFIX):
+                    continue
+                full = os.path.join(dirpath, name)
+                try:
+                    st = os.stat(full)
+                except FileNotFoundError:
+                    continue  # its write finished (or was cleaned up) meanwhile
+                key = os.path.relpath(full, self.root).replace(os.sep, "/")
                 yield ObjectInfo(key, st.st_size, int(st.st_mtime * 1000))
 
     def delete(self, keys: Iterable[str]) -> None:

@@ -87,7 +87,7 @@ def open_for_files(
     # this handle, and later readers must find the container in the repository itself.
     stored = RepositoryConfig.from_dict(repo.state().config).virtual_chunk_containers
     if container not in stored:
-        repo.set_config({"virtual_chunk_containers": {**stored, container: options}})
+        repo.set_virtual_chunk_container(container, options)
     return repo
 
 
