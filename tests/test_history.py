@@ -22,7 +22,7 @@ from icechunk_spark.gc import GCSummary
 from icechunk_spark.history import diff, utc_ms
 from icechunk_spark.storage import Storage
 from tests.conftest import Backend
-from tests.support.helpers import create_repo, open_repo
+from tests.support.helpers import create_repo, cutoff_after_writes, open_repo
 
 PREFIXES = ("c/", "m/", "s/", "a/", "x/", "t/")
 BIG_ATTRS = {"blob": "x" * 20_000}  # over the 16 KiB inline limit: goes to an a/ file
@@ -73,13 +73,6 @@ def needed_keys(backend: Backend) -> set[str]:
         return keys
     finally:
         repo.close()
-
-
-def cutoff_after_writes(backend: Backend) -> datetime:
-    """A cut-off later than every object written so far, as the storage's clock will see it."""
-    # S3 listings report whole seconds, which GC reads as the end of that second.
-    time.sleep(1.05 if backend.name == "s3" else 0.02)
-    return datetime.now(UTC)
 
 
 def commit_chunk(repo: Repository, path: str, coord: tuple[int, ...], data: bytes) -> str:

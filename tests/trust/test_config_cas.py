@@ -60,41 +60,38 @@ def test_concurrent_container_additions_keep_both(faulty, tmp_path):
     assert set(_stored(repo).virtual_chunk_containers) == {one, two}
 
 
-def test_rewrite_manifests_is_one_commit(faulty):
+ONE_SET = {
+    "chunk-manifests": {
+        "sets": [{"all": {"max-manifest-size": 1000}}],
+        "rules": [{"path": ".*", "target": "all"}],
+    }
+}
+
+
+def _repo_with_data(faulty) -> Repository:
     repo = create(faulty)
     session = repo.writable_session()
     session.create_array("/a", shape=(4,), chunk_shape=(1,), dtype="uint8")
     session.set_chunk("/a", (0,), b"\x01")
     session.commit("data")
+    return repo
+
+
+def test_rewrite_manifests_is_one_commit(faulty):
+    repo = _repo_with_data(faulty)
     before = repo.state().generation
-    config = {
-        "chunk-manifests": {
-            "sets": [{"all": {"max-manifest-size": 1000}}],
-            "rules": [{"path": ".*", "target": "all"}],
-        }
-    }
-    repo.rewrite_manifests(config, "repack")
+    repo.rewrite_manifests(ONE_SET, "repack")
     assert repo.state().generation == before + 1
     assert _stored(repo).manifests is not None
     assert {m.set_name for m in repo.manifests()} == {"all"}
 
 
 def test_failed_rewrite_manifests_changes_nothing(faulty):
-    repo = create(faulty)
-    session = repo.writable_session()
-    session.create_array("/a", shape=(4,), chunk_shape=(1,), dtype="uint8")
-    session.set_chunk("/a", (0,), b"\x01")
-    session.commit("data")
+    repo = _repo_with_data(faulty)
     state = repo.state()
     faulty.fail("put", "m/", times=100)
-    config = {
-        "chunk-manifests": {
-            "sets": [{"all": {"max-manifest-size": 1000}}],
-            "rules": [{"path": ".*", "target": "all"}],
-        }
-    }
     with pytest.raises(StorageError):
-        repo.rewrite_manifests(config, "repack")
+        repo.rewrite_manifests(ONE_SET, "repack")
     faulty.heal()
     assert repo.state().generation == state.generation
     assert _stored(repo).manifests == RepositoryConfig.from_dict(state.config).manifests
