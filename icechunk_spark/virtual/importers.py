@@ -13,6 +13,7 @@ from ..containers import resolve_url
 from ..errors import InvalidInputError
 from ..progress import Progress, track
 from .combine import DEFAULT_MATERIALIZE_MAX_BYTES, Fetch, concat_reference_sets
+from .metadata import UNMASKED_FILL
 from .references import ReferenceSet, parse_json_refs, parse_parquet_refs
 from .writer import ImportSummary, absolute_url, container_options, resolve_all, write_reference_set
 
@@ -98,9 +99,38 @@ def scan_netcdf(
     )
     try:
         refs: dict[str, Any] = scanner.translate()
+        _storage_fill_values(refs, scanner._h5f)
     finally:
         scanner.close()
     return refs
+
+
+def _storage_fill_values(refs: dict[str, Any], h5file: Any) -> None:
+    """Give NetCDF variables the fill value HDF5 returns for their unwritten chunks.
+
+    kerchunk leaves ``fill_value`` null for NetCDF variables (so that xarray does not mask
+    them), which zarr v3 would make 0. HDF5 itself answers an unwritten chunk with the
+    dataset's fill value (``_FillValue``, else the NetCDF default fill of the type), and
+    xarray masks only an explicit ``_FillValue``: so the value is kept, flagged
+    ``UNMASKED_FILL`` so that no ``_FillValue`` attribute is added for it.
+    """
+    entries = refs.get("refs", refs)
+    for key, text in list(entries.items()):
+        if not key.endswith(".zarray"):
+            continue
+        zarray = json.loads(text) if isinstance(text, str | bytes) else dict(text)
+        if zarray.get("fill_value") is not None:
+            continue
+        dataset = h5file.get(key[: -len(".zarray")].rstrip("/") or "/")
+        if dataset is None or getattr(dataset, "dtype", None) is None:
+            continue
+        if dataset.dtype.kind not in "biuf":
+            continue
+        from kerchunk.utils import encode_fill_value
+
+        zarray["fill_value"] = encode_fill_value(dataset.fillvalue, dataset.dtype)
+        zarray[UNMASKED_FILL] = True
+        entries[key] = json.dumps(zarray)
 
 
 def import_netcdf(

@@ -32,6 +32,9 @@ from typing import Any
 from ..errors import InvalidInputError
 
 _NATIVE = {"gzip", "zstd", "blosc"}
+# A ``.zarray`` flag of ours: its fill value is what the source returns for unwritten chunks
+# but the source's readers do not mask it (NetCDF default fills), so no ``_FillValue``.
+UNMASKED_FILL = "icechunk_spark:unmasked_fill"
 
 
 def loads(value: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
@@ -65,6 +68,7 @@ def array_v2_to_v3(
     v2 = dict(zarray)
     v2.setdefault("zarr_format", 2)
     v2.pop("dimension_separator", None)  # keys are not kept (see module docstring)
+    unmasked = bool(v2.pop(UNMASKED_FILL, False))
     try:
         parsed = ArrayV2Metadata.from_dict({**v2, "attributes": {}})
     except (KeyError, TypeError, ValueError) as exc:
@@ -73,7 +77,7 @@ def array_v2_to_v3(
     fill = parsed.fill_value if parsed.fill_value is not None else dtype.default_scalar()
     attributes = dict(zattrs or {})
     dims = attributes.pop("_ARRAY_DIMENSIONS", None)
-    if parsed.fill_value is not None and "_FillValue" not in attributes:
+    if parsed.fill_value is not None and "_FillValue" not in attributes and not unmasked:
         encoded = _xarray_fill_value(parsed.fill_value, dtype.to_native_dtype())
         if encoded is not None:
             attributes["_FillValue"] = encoded
