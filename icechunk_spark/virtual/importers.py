@@ -198,6 +198,7 @@ def import_netcdf(
             concat_dim,
             _fetcher(containers, storage_options),
             materialize_max_bytes=materialize_max_bytes,
+            names=absolute,
         )
     return write_reference_set(
         session,

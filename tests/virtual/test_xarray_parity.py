@@ -43,7 +43,14 @@ def xarray_reading(paths: list[Path], **combine: Any) -> xr.Dataset:
     opened = [xr.open_dataset(p).load() for p in paths]
     if len(opened) == 1:
         return opened[0]
-    combined = xr.combine_by_coords(opened, **combine)
+    choices = {  # ours, explicit (docs/format.md): xarray warns its defaults will change
+        "data_vars": "minimal",
+        "coords": "minimal",
+        "join": "outer",
+        "compat": "no_conflicts",
+        "combine_attrs": "override",
+    }
+    combined = xr.combine_by_coords(opened, **{**choices, **combine})
     assert isinstance(combined, xr.Dataset)
     return combined
 
@@ -90,3 +97,149 @@ def test_unwritten_chunks_read_as_the_netcdf_fill(data_dir: Path, make_repo: Rep
     assert_same_values(ours, theirs)
     assert theirs["default_fill"].values[-1] == netCDF4.default_fillvals["f4"]
     assert np.isnan(ours["explicit"].values[-1])  # masked through _FillValue, like xarray
+
+
+# -- 2. decoding attributes compared across files --------------------------------------------
+def _timed(ds: netCDF4.Dataset, k: int, length: int = 2) -> None:
+    """A ``time`` coordinate of ``length`` days, continuing file ``k - 1``."""
+    ds.createDimension("time", None)
+    time = ds.createVariable("time", "f8", ("time",))
+    time.units = "days since 2000-01-01"
+    time[:] = np.arange(length) + k * length
+
+
+def _packed(scales: list[float], offsets: list[float]) -> Writer:
+    def write(ds: netCDF4.Dataset, k: int) -> None:
+        _timed(ds, k)
+        tas = ds.createVariable("tas", "i2", ("time",), chunksizes=(2,), fill_value=-1)
+        tas.set_auto_maskandscale(False)
+        tas.scale_factor, tas.add_offset = np.float32(scales[k]), np.float32(offsets[k])
+        tas[:] = np.array([1, 2], "i2") + 14 * k  # raw 1, 2 then 15, 16
+
+    return write
+
+
+def test_different_packing_reads_like_xarray(data_dir: Path, make_repo: RepoFactory) -> None:
+    paths = write_files(data_dir, 2, _packed([1.0, 10.0], [0.0, 0.0]))
+    repo = imported(make_repo, data_dir, paths)
+    ours, theirs = our_reading(repo), xarray_reading(paths)
+    np.testing.assert_array_equal(theirs["tas"].values, [1, 2, 150, 160])
+    assert_same_values(ours, theirs)
+
+
+def test_identical_packing_stays_virtual(data_dir: Path, make_repo: RepoFactory) -> None:
+    paths = write_files(data_dir, 2, _packed([0.5, 0.5], [100.0, 100.0]))
+    repo = imported(make_repo, data_dir, paths, inline_threshold=0)
+    assert_same_values(our_reading(repo), xarray_reading(paths))
+    ref = repo.readonly_session("main").get_chunk_ref("/tas", (1,))
+    assert ref is not None and ref.kind == "virtual"
+
+
+def test_different_fill_values_read_like_xarray(data_dir: Path, make_repo: RepoFactory) -> None:
+    def write(ds: netCDF4.Dataset, k: int) -> None:
+        _timed(ds, k)
+        tas = ds.createVariable("tas", "f4", ("time",), chunksizes=(2,), fill_value=-999 - k)
+        tas.set_auto_mask(False)
+        tas[:] = [-999 - k, 5 + k]
+
+    paths = write_files(data_dir, 2, write)
+    ours, theirs = our_reading(imported(make_repo, data_dir, paths)), xarray_reading(paths)
+    np.testing.assert_array_equal(theirs["tas"].values, [np.nan, 5, np.nan, 6])
+    assert_same_values(ours, theirs)
+
+
+def test_different_packing_over_the_limit_is_refused(
+    data_dir: Path, make_repo: RepoFactory
+) -> None:
+    paths = write_files(data_dir, 2, _packed([1.0, 10.0], [0.0, 0.0]))
+    with pytest.raises(InvalidInputError, match="scale_factor") as caught:
+        imported(make_repo, data_dir, paths, materialize_max_bytes=4)
+    assert paths[0].name in str(caught.value) and paths[1].name in str(caught.value)
+
+
+def test_different_units_are_refused(data_dir: Path, make_repo: RepoFactory) -> None:
+    def write(ds: netCDF4.Dataset, k: int) -> None:
+        _timed(ds, k)
+        tas = ds.createVariable("tas", "f4", ("time",), chunksizes=(2,))
+        tas.units = ["K", "degC"][k]
+        tas[:] = [1, 2]
+
+    paths = write_files(data_dir, 2, write)
+    with pytest.raises(InvalidInputError, match="units") as caught:
+        imported(make_repo, data_dir, paths)
+    assert paths[0].name in str(caught.value) and paths[1].name in str(caught.value)
+
+
+# -- 3. CF bounds follow their time variable -------------------------------------------------
+@pytest.mark.parametrize("link", ["bounds", "climatology"])
+def test_time_bounds_are_rebased_with_time(
+    data_dir: Path, make_repo: RepoFactory, link: str
+) -> None:
+    def write(ds: netCDF4.Dataset, k: int) -> None:
+        ds.createDimension("time", None)
+        ds.createDimension("nv", 2)
+        time = ds.createVariable("time", "f8", ("time",))
+        time.units = f"days since 2000-01-{2 * k + 1:02d}"  # each file's own start
+        time.calendar = "standard"
+        setattr(time, link, "time_bnds")
+        time[:] = [0, 1]
+        bounds = ds.createVariable("time_bnds", "f8", ("time", "nv"), chunksizes=(2, 2))
+        bounds[:] = [[0, 1], [1, 2]]
+        tas = ds.createVariable("tas", "f4", ("time",), chunksizes=(2,))
+        tas[:] = [k, k]
+
+    paths = write_files(data_dir, 2, write)
+    ours, theirs = our_reading(imported(make_repo, data_dir, paths)), xarray_reading(paths)
+    if link == "bounds":
+        starts = theirs["time_bnds"].values[:, 0].astype("datetime64[D]").astype(str)
+        assert list(starts) == ["2000-01-01", "2000-01-02", "2000-01-03", "2000-01-04"]
+        assert_same_values(ours, theirs)
+    else:  # xarray decodes only `bounds`; CF says climatology bounds inherit units too
+        days = [[0, 1], [1, 2], [2, 3], [3, 4]]  # in the first file's units
+        np.testing.assert_array_equal(ours["time_bnds"].values, days)
+        np.testing.assert_array_equal(ours["time"].values, theirs["time"].values)
+
+
+# -- 4. variables missing from some files, coordinates that differ ---------------------------
+@pytest.mark.parametrize("masked", [True, False])
+def test_variables_only_in_later_files_are_kept(
+    data_dir: Path, make_repo: RepoFactory, masked: bool
+) -> None:
+    def write(ds: netCDF4.Dataset, k: int) -> None:
+        _timed(ds, k)
+        ds.createVariable("tas", "f4", ("time",), chunksizes=(2,))[:] = [k, k]
+        if k >= 1:
+            fill = -1.0 if masked else None
+            pr = ds.createVariable("pr", "f4", ("time",), chunksizes=(2,), fill_value=fill)
+            pr[:] = [10 * k, 10 * k + 1]
+
+    paths = write_files(data_dir, 3, write)
+    ours, theirs = our_reading(imported(make_repo, data_dir, paths)), xarray_reading(paths)
+    assert sorted(theirs.data_vars) == ["pr", "tas"]
+    np.testing.assert_array_equal(theirs["pr"].values, [np.nan, np.nan, 10, 11, 20, 21])
+    assert_same_values(ours, theirs)
+
+
+def test_a_differing_coordinate_is_refused(data_dir: Path, make_repo: RepoFactory) -> None:
+    def write(ds: netCDF4.Dataset, k: int) -> None:
+        _timed(ds, k)
+        ds.createDimension("lat", 3)
+        ds.createVariable("lat", "f4", ("lat",))[:] = np.arange(3) + 10 * k
+        ds.createVariable("tas", "f4", ("time", "lat"), chunksizes=(2, 3))[:] = np.ones((2, 3))
+
+    paths = write_files(data_dir, 2, write)
+    with pytest.raises(InvalidInputError, match="'lat'") as caught:
+        imported(make_repo, data_dir, paths)
+    assert paths[0].name in str(caught.value) and paths[1].name in str(caught.value)
+
+
+def test_equal_coordinates_are_accepted(data_dir: Path, make_repo: RepoFactory) -> None:
+    def write(ds: netCDF4.Dataset, k: int) -> None:
+        _timed(ds, k)
+        ds.createDimension("lat", 3)
+        ds.createVariable("lat", "f4", ("lat",))[:] = np.arange(3) + 10
+        ds.createVariable("tas", "f4", ("time", "lat"), chunksizes=(2, 3))[:] = np.ones((2, 3))
+
+    paths = write_files(data_dir, 2, write)
+    ours, theirs = our_reading(imported(make_repo, data_dir, paths)), xarray_reading(paths)
+    assert_same_values(ours, theirs)
