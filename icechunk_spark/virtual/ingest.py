@@ -7,6 +7,13 @@ files) and ``icechunk-spark import`` (threads scan them).
 
 >>> repo, plan = prepare_ingest("file:///repo", "/data/tas_*.nc")           # doctest: +SKIP
 >>> ingest_files(repo, plan, concat_dim="time") if plan.new else None      # doctest: +SKIP
+
+Which files a branch holds: those its virtual refs point into, plus those listed under
+``UNREFERENCED_SOURCES`` in the metadata of the newest ingest commit of its ancestry. That
+list holds the imported files no virtual ref points into (every chunk small enough to be
+inlined, or copied because it was materialized): without it such files would look new on
+every run and be dropped once they leave the glob. Only those files are listed, so the
+commit metadata stays small however many files a dataset grows to.
 """
 
 from __future__ import annotations
@@ -96,6 +103,9 @@ def folder_of(files: Sequence[str]) -> str:
     return files[0].rsplit("/", 1)[0] + "/"
 
 
+UNREFERENCED_SOURCES = "unreferenced_source_files"
+
+
 def referenced_files(session: Session) -> set[str]:
     """Every file the session's virtual refs point into."""
     files: set[str] = set()
@@ -106,9 +116,18 @@ def referenced_files(session: Session) -> set[str]:
     return files
 
 
+def recorded_files(repo: Repository, branch: str = "main") -> set[str]:
+    """The imported files without virtual refs, as the newest ingest commit recorded them."""
+    for info in repo.ancestry(branch=branch):
+        listed = (info.metadata or {}).get(UNREFERENCED_SOURCES)
+        if isinstance(listed, list):
+            return {str(f) for f in listed}
+    return set()
+
+
 def plan_ingest(repo: Repository, found: Sequence[str], branch: str = "main") -> IngestPlan:
-    """The files to import on ``branch``: those it references already plus ``found``."""
-    known = referenced_files(repo.readonly_session(branch=branch))
+    """The files to import on ``branch``: those it holds already (see module) plus ``found``."""
+    known = referenced_files(repo.readonly_session(branch=branch)) | recorded_files(repo, branch)
     files = tuple(sorted(known | set(found)))
     return IngestPlan(branch, files, tuple(f for f in files if f not in known), len(found))
 
@@ -168,10 +187,13 @@ def ingest_files(
         progress=progress,
     )
     text = message or f"ingest {len(plan.new)} new files ({len(plan.files)} in all)"
-    return session.commit(text, {"files": len(plan.files)}, progress=progress)
+    unreferenced = sorted(set(plan.files) - referenced_files(session))
+    metadata = {"files": len(plan.files), UNREFERENCED_SOURCES: unreferenced}
+    return session.commit(text, metadata, progress=progress)
 
 
 __all__ = [
+    "UNREFERENCED_SOURCES",
     "IngestPlan",
     "as_url",
     "folder_of",
@@ -180,5 +202,6 @@ __all__ = [
     "open_for_files",
     "plan_ingest",
     "prepare_ingest",
+    "recorded_files",
     "referenced_files",
 ]

@@ -18,6 +18,7 @@ import pytest
 import xarray as xr
 
 from icechunk_spark import InvalidInputError, Repository
+from icechunk_spark.cli import main
 from icechunk_spark.virtual import import_netcdf
 
 from .conftest import NUMCODECS_WARNING, RepoFactory
@@ -243,3 +244,38 @@ def test_equal_coordinates_are_accepted(data_dir: Path, make_repo: RepoFactory) 
     paths = write_files(data_dir, 2, write)
     ours, theirs = our_reading(imported(make_repo, data_dir, paths)), xarray_reading(paths)
     assert_same_values(ours, theirs)
+
+
+# -- 5. small files (all chunks inlined) are recognised as imported --------------------------
+def cli(*args: str) -> dict[str, Any]:
+    """``icechunk-spark ... --json`` in this process; its JSON output."""
+    import contextlib
+    import io
+    import json
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([*args, "--json"])
+    assert code == 0, err.getvalue()
+    result: dict[str, Any] = json.loads(out.getvalue())
+    return result
+
+
+def test_reimport_of_small_files_commits_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    paths = write_files(data, 3, lambda ds, k: _tiny(ds, k))
+    url = (tmp_path / "repo").as_uri()
+    first = cli("import", url, str(data / "f[01].nc"))
+    assert (first["new_files"], first["committed"]) == (2, True)
+    assert cli("import", url, str(data / "f[01].nc"))["committed"] is False
+    # f0 leaves the glob, f2 arrives: the dataset keeps f0 (it was imported) and adds f2.
+    third = cli("import", url, str(data / "f[12].nc"))
+    assert (third["new_files"], third["files"]) == (1, 3)
+    repo = Repository.open(url, authorize_virtual=[data.as_uri() + "/"])
+    assert_same_values(our_reading(repo), xarray_reading(paths))
+
+
+def _tiny(ds: netCDF4.Dataset, k: int) -> None:
+    _timed(ds, k)
+    ds.createVariable("tas", "f4", ("time",), chunksizes=(2,))[:] = [k, k]  # 8 bytes: inlined
