@@ -181,6 +181,22 @@ def resolve_url(url: str, containers: Iterable[str]) -> tuple[str, str]:
     )
 
 
+def resolve_target(url: str, containers: Iterable[str]) -> tuple[str, str]:
+    """``resolve_url`` plus the read-time check of the target itself, for writers.
+
+    Importers call this before opening, stat'ing or copying any byte of a file, so what an
+    import may touch is exactly what a reader may: for ``file://`` containers the real path
+    (symlinks resolved) must stay inside the container's real path.
+
+    Raises:
+        VirtualRefRefusedError: as ``resolve_url``, or the file resolves outside its container.
+    """
+    absolute, container = resolve_url(url, containers)
+    if container.startswith("file://"):
+        _check_real_path(absolute, container)
+    return absolute, container
+
+
 def _normpath(rest: str) -> str:
     # posixpath.normpath keeps a leading '//' and drops a trailing '/'; neither matters here
     # because '..' is refused before and containers compare with a trailing '/'.
@@ -498,5 +514,6 @@ __all__ = [
     "VirtualRequest",
     "file_checksum",
     "normalize_prefix",
+    "resolve_target",
     "resolve_url",
 ]

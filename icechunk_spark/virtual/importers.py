@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..containers import resolve_url
+from ..containers import resolve_target
 from ..errors import InvalidInputError
 from ..progress import Progress, track
 from .combine import DEFAULT_MATERIALIZE_MAX_BYTES, Fetch, concat_reference_sets
@@ -171,7 +171,7 @@ def import_netcdf(
     if not files:
         raise InvalidInputError("import_netcdf needs at least one file")
     containers = session.repository.config.virtual_chunk_containers
-    absolute = [resolve_url(absolute_url(u), containers)[0] for u in files]  # refuse first
+    absolute = [resolve_target(absolute_url(u), containers)[0] for u in files]  # refuse first
 
     def scan(url: str) -> ReferenceSet:
         refs = scan_netcdf(url, storage_options=storage_options, inline_threshold=inline_threshold)
@@ -220,7 +220,7 @@ def _fetcher(
     lock = threading.Lock()
 
     def fetch(url: str, offset: int, length: int | None) -> bytes:
-        absolute = resolve_url(absolute_url(url), containers)[0]
+        absolute = resolve_target(absolute_url(url), containers)[0]
         scheme = absolute.partition("://")[0]
         with lock:
             if scheme not in filesystems:

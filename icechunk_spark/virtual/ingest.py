@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..containers import resolve_target
 from ..errors import InvalidInputError
 from .importers import import_netcdf
 
@@ -126,9 +127,16 @@ def recorded_files(repo: Repository, branch: str = "main") -> set[str]:
 
 
 def plan_ingest(repo: Repository, found: Sequence[str], branch: str = "main") -> IngestPlan:
-    """The files to import on ``branch``: those it holds already (see module) plus ``found``."""
+    """The files to import on ``branch``: those it holds already (see module) plus ``found``.
+
+    Raises:
+        VirtualRefRefusedError: a file lies outside the containers (also through a symlink).
+    """
     known = referenced_files(repo.readonly_session(branch=branch)) | recorded_files(repo, branch)
     files = tuple(sorted(known | set(found)))
+    containers = repo.config.virtual_chunk_containers
+    for url in files:  # before anyone (Spark executors too) opens a file: symlinks, '..'
+        resolve_target(url, containers)
     return IngestPlan(branch, files, tuple(f for f in files if f not in known), len(found))
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..containers import file_checksum, resolve_url
+from ..containers import file_checksum, resolve_target
 from ..errors import InvalidInputError, NotFoundError
 from ..format.coords import encode_coords
 from ..session import normalize_path
@@ -113,7 +113,7 @@ def resolve_all(
             continue
         for url in pc.unique(urls.drop_null()).to_pylist():
             if url not in out:
-                out[url] = resolve_url(absolute_url(url, remote_protocol), containers)[0]
+                out[url] = resolve_target(absolute_url(url, remote_protocol), containers)[0]
     return out
 
 

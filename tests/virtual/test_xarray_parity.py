@@ -279,3 +279,62 @@ def test_reimport_of_small_files_commits_nothing(tmp_path: Path) -> None:
 def _tiny(ds: netCDF4.Dataset, k: int) -> None:
     _timed(ds, k)
     ds.createVariable("tas", "f4", ("time",), chunksizes=(2,))[:] = [k, k]  # 8 bytes: inlined
+
+
+# -- 7. an import never leaves its container -------------------------------------------------
+@pytest.fixture
+def planted(tmp_path: Path, data_dir: Path) -> dict[str, Path]:
+    """A small NetCDF file outside the container, reachable through symlinks inside it."""
+    outside = tmp_path / "secret"
+    outside.mkdir()
+    (secret,) = write_files(outside, 1, _tiny, name="secret")
+    (data_dir / "link.nc").symlink_to(secret)
+    (data_dir / "sub").symlink_to(outside, target_is_directory=True)
+    return {"file": data_dir / "link.nc", "dir": data_dir / "sub" / "secret0.nc"}
+
+
+@pytest.mark.parametrize("via", ["file", "dir"])
+def test_import_refuses_symlinks_out_of_the_container(
+    data_dir: Path, make_repo: RepoFactory, planted: dict[str, Path], via: str
+) -> None:
+    from icechunk_spark.virtual import VirtualRefRefusedError
+
+    repo = make_repo([data_dir.as_uri() + "/"])
+    session = repo.writable_session()
+    with pytest.raises(VirtualRefRefusedError, match="outside the container"):
+        import_netcdf(session, [planted[via].as_uri()], concat_dim=None)
+    assert session.list_nodes() == [] or [n.path for n in session.list_nodes()] == ["/"]
+
+
+def test_kerchunk_refs_through_a_symlink_are_refused_at_import(
+    data_dir: Path, make_repo: RepoFactory, planted: dict[str, Path]
+) -> None:
+    from icechunk_spark.virtual import VirtualRefRefusedError, import_kerchunk
+
+    refs = {
+        "version": 1,
+        "refs": {
+            ".zgroup": '{"zarr_format": 2}',
+            "v/.zarray": '{"shape": [4], "chunks": [4], "dtype": "|u1", "fill_value": 0, '
+            '"order": "C", "filters": null, "compressor": null, "zarr_format": 2}',
+            "v/0": [planted["file"].as_uri(), 0, 4],
+        },
+    }
+    session = make_repo([data_dir.as_uri() + "/"]).writable_session()
+    with pytest.raises(VirtualRefRefusedError, match="outside the container"):
+        import_kerchunk(session, refs, checksums=False)
+
+
+def test_cli_import_refuses_a_planted_symlink(
+    tmp_path: Path, data_dir: Path, planted: dict[str, Path]
+) -> None:
+    import contextlib
+    import io
+
+    url = (tmp_path / "repo").as_uri()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["import", url, str(data_dir / "*.nc")]) == 1
+    assert "outside the container" in err.getvalue()
+    repo = Repository.open(url, authorize_virtual=[data_dir.as_uri() + "/"])
+    assert [n.path for n in repo.readonly_session().list_nodes()] in ([], ["/"])
