@@ -48,8 +48,9 @@ class IngestPlan:
 
 
 def as_url(path: str) -> str:
-    """A URL for a local path (``file://``, absolute); URLs stay as they are."""
-    return path if "://" in path else Path(path).absolute().as_uri()
+    """A URL for a local path (``file://``, absolute, not percent-encoded: the form refs
+    keep, see ``containers``); URLs stay as they are."""
+    return path if "://" in path else f"file://{Path(path).absolute()}"
 
 
 def list_files(pattern: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
@@ -133,10 +134,11 @@ def plan_ingest(repo: Repository, found: Sequence[str], branch: str = "main") ->
         VirtualRefRefusedError: a file lies outside the containers (also through a symlink).
     """
     known = referenced_files(repo.readonly_session(branch=branch)) | recorded_files(repo, branch)
-    files = tuple(sorted(known | set(found)))
     containers = repo.config.virtual_chunk_containers
-    for url in files:  # before anyone (Spark executors too) opens a file: symlinks, '..'
-        resolve_target(url, containers)
+    # Checked before anyone (Spark executors too) opens a file (symlinks, '..'), and in the
+    # spelling refs keep, so that a file found again is known.
+    canonical = {resolve_target(url, containers)[0] for url in found}
+    files = tuple(sorted(known | canonical))
     return IngestPlan(branch, files, tuple(f for f in files if f not in known), len(found))
 
 

@@ -338,3 +338,56 @@ def test_cli_import_refuses_a_planted_symlink(
     assert "outside the container" in err.getvalue()
     repo = Repository.open(url, authorize_virtual=[data_dir.as_uri() + "/"])
     assert [n.path for n in repo.readonly_session().list_nodes()] in ([], ["/"])
+
+
+# -- 8. paths: spaces, non-ASCII, percent-encoding, scheme-less refs -------------------------
+def test_cli_import_of_a_folder_with_spaces_and_accents(tmp_path: Path) -> None:
+    data = tmp_path / "données du jour"
+    data.mkdir()
+    paths = write_files(data, 2, _tiny, name="jour ")
+    url = (tmp_path / "repo").as_uri()
+    assert cli("import", url, str(data / "*.nc"))["new_files"] == 2
+    assert cli("import", url, str(data / "*.nc"))["committed"] is False
+    for container in (data.as_uri() + "/", f"file://{data}/"):  # either spelling authorizes
+        repo = Repository.open(url, authorize_virtual=[container])
+        assert_same_values(our_reading(repo), xarray_reading(paths))
+
+
+def test_percent_encoded_and_plain_file_urls_are_one_file(
+    data_dir: Path, make_repo: RepoFactory
+) -> None:
+    from icechunk_spark.containers import resolve_url
+
+    folder = data_dir / "a b%"
+    folder.mkdir()
+    (path,) = write_files(folder, 1, _tiny)
+    container = data_dir.as_uri() + "/"
+    plain = f"file://{path}"
+    assert resolve_url(path.as_uri(), [container]) == (plain, f"file://{data_dir}/")
+    assert resolve_url(str(path), [container])[0] == plain  # "/abs": a local path, always
+    repo = imported(make_repo, folder, [path], concat_dim=None, inline_threshold=0)
+    ref = repo.readonly_session().get_chunk_ref("/tas", (0,))
+    assert ref is not None and ref.virtual_path == plain
+    assert_same_values(our_reading(repo), xarray_reading([path]))
+
+
+def test_scheme_less_absolute_refs_are_local_paths(data_dir: Path, make_repo: RepoFactory) -> None:
+    (data_dir / "v.bin").write_bytes(b"0123456789")
+    repo = make_repo([data_dir.as_uri() + "/"])
+    session = repo.writable_session()
+    session.create_group("/")
+    session.create_array("/a", (1,), (1,), "uint8")
+    session.set_virtual_ref("/a", (0,), str(data_dir / "v.bin"), 2, 1)
+    ref = session.get_chunk_ref("/a", (0,))
+    assert ref is not None and ref.virtual_path == f"file://{data_dir}/v.bin"
+    session.commit("abs")
+    assert repo.readonly_session().get_chunk("/a", (0,)) == b"2"
+
+
+@pytest.mark.parametrize("url", ["file://host/data/x.nc", "file:///data/a%3Fb.nc"])
+def test_file_urls_with_a_host_or_encoded_separators_are_refused(url: str) -> None:
+    from icechunk_spark.containers import resolve_url
+    from icechunk_spark.virtual import VirtualRefRefusedError
+
+    with pytest.raises(VirtualRefRefusedError, match=r"host|not allowed"):
+        resolve_url(url, ["file:///data/"])
