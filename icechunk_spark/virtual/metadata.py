@@ -32,6 +32,7 @@ from typing import Any
 from ..errors import InvalidInputError
 
 _NATIVE = {"gzip", "zstd", "blosc"}
+_VLEN = {"vlen-utf8", "vlen-bytes"}
 # A ``.zarray`` flag of ours: its fill value is what the source returns for unwritten chunks
 # but the source's readers do not mask it (NetCDF default fills), so no ``_FillValue``.
 UNMASKED_FILL = "icechunk_spark:unmasked_fill"
@@ -107,9 +108,12 @@ def _codecs(v2: Mapping[str, Any], ndim: int, native: Any, name: str) -> list[di
             {"name": "transpose", "configuration": {"order": list(range(ndim - 1, -1, -1))}}
         )
     chain = [*(v2.get("filters") or []), *([v2["compressor"]] if v2.get("compressor") else [])]
+    array_bytes: dict[str, Any] | None = None
     for config in chain:
         codec, kind = _convert(dict(config), native.itemsize, name)
-        if kind == "array_array":
+        if kind == "array_bytes" and array_bytes is None and not bytes_bytes:
+            array_bytes = codec  # v2's object codec (vlen-utf8...) serializes the chunk
+        elif kind == "array_array":
             if bytes_bytes:
                 raise InvalidInputError(
                     f"{name}: filter {config.get('id')!r} transforms arrays after a bytes codec; "
@@ -120,6 +124,8 @@ def _codecs(v2: Mapping[str, Any], ndim: int, native: Any, name: str) -> list[di
             bytes_bytes.append(codec)
         else:
             raise InvalidInputError(f"{name}: v2 codec {config.get('id')!r} is not supported")
+    if array_bytes is not None:
+        return [*array_array, array_bytes, *bytes_bytes]
     endian = {"<": "little", ">": "big"}.get(native.byteorder, "little")
     bytes_codec: dict[str, Any] = {"name": "bytes"}
     if native.itemsize > 1:
@@ -129,6 +135,8 @@ def _codecs(v2: Mapping[str, Any], ndim: int, native: Any, name: str) -> list[di
 
 def _convert(config: dict[str, Any], itemsize: int, name: str) -> tuple[dict[str, Any], str]:
     codec_id = str(config.pop("id", ""))
+    if codec_id in _VLEN:  # zarr v3's own codecs for v2's variable-length object codecs
+        return {"name": codec_id}, "array_bytes"
     if codec_id == "gzip":
         return {"name": "gzip", "configuration": {"level": int(config.get("level", 1))}}, (
             "bytes_bytes"

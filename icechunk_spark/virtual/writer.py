@@ -260,7 +260,7 @@ def _virtual_table(
         sizes = pa.array([infos[resolved[u]].size for u in originals], pa.int64()).take(index)
         lengths = pc.coalesce(lengths, sizes)
     table: dict[str, Any] = {
-        "coord": array.coords[mask],
+        "coord": encode_coords(array.coords[mask]),  # (n, 0) for scalars: no reshape
         "virtual_path": urls,
         "offset": pc.cast(pc.fill_null(refs.column("offset"), 0), pa.uint64()),
         "length": pc.cast(lengths, pa.uint64()),

@@ -391,3 +391,25 @@ def test_file_urls_with_a_host_or_encoded_separators_are_refused(url: str) -> No
 
     with pytest.raises(VirtualRefRefusedError, match=r"host|not allowed"):
         resolve_url(url, ["file:///data/"])
+
+
+# -- 9. variables that crashed: scalars, variable-length strings -----------------------------
+def _scalar_and_strings(ds: netCDF4.Dataset, k: int) -> None:
+    ds.createDimension("station", 3)
+    scalar = ds.createVariable("height", "f8", ())
+    scalar.units = "m"
+    scalar.assignValue(2.5)
+    names = ds.createVariable("name", str, ("station",))
+    names[:] = np.array(["Zürich", "Genève", "a much longer station name"], dtype=object)
+    ds.createVariable("tas", "f4", ("station",))[:] = [1, 2, 3]
+
+
+@pytest.mark.parametrize("inline_threshold", [0, 500])
+def test_scalars_and_vlen_strings_read_like_xarray(
+    data_dir: Path, make_repo: RepoFactory, inline_threshold: int
+) -> None:
+    paths = write_files(data_dir, 1, _scalar_and_strings)
+    repo = imported(make_repo, data_dir, paths, concat_dim=None, inline_threshold=inline_threshold)
+    ours, theirs = our_reading(repo), xarray_reading(paths)
+    assert ours["height"].shape == () and float(ours["height"]) == 2.5
+    assert_same_values(ours, theirs)
