@@ -71,6 +71,10 @@ class SourceChangedError(IcechunkSparkError):
     """The file a virtual ref points into changed after the ref was written (checksum differs)."""
 
 
+class VirtualRangeError(StorageError):
+    """A virtual ref asks for bytes past the end of its file (truncated or a wrong ref)."""
+
+
 @dataclass(frozen=True, slots=True)
 class VirtualRequest:
     """``length`` bytes at ``offset`` of ``url``; ``checksum`` as recorded with the ref."""
@@ -365,7 +369,9 @@ class VirtualReader:
                     outcomes[i] = result
                 else:
                     start = requests[i].offset - fetch.start
-                    outcomes[i] = result[start : start + requests[i].length]
+                    piece = result[start : start + requests[i].length]
+                    short = len(piece) < requests[i].length
+                    outcomes[i] = _past_the_end(fetch, requests[i]) if short else piece
         return [o if o is not None else b"" for o in outcomes]
 
     def _group(
@@ -483,6 +489,20 @@ def plan_fetches(
     return fetches
 
 
+def _past_the_end(fetch: _Fetch, request: VirtualRequest) -> VirtualRangeError:
+    """The error for a ref whose range the file does not hold (zarr would fail later with
+    a reshape error naming nothing)."""
+    try:
+        size: object = fetch.fs.size(fetch.url)
+    except OSError:
+        size = "unknown"
+    return VirtualRangeError(
+        f"virtual ref {request.url!r} (offset {request.offset}, length {request.length}) "
+        f"reaches past the end of the file, which has {size} bytes: the file was truncated "
+        "or replaced, or the ref is wrong; re-import it"
+    )
+
+
 def _check_real_path(url: str, container: str) -> None:
     """A local target must stay inside its container after resolving symlinks."""
     # Not urlsplit: these are decoded paths, where '%3F' was checked and '#' is refused.
@@ -534,6 +554,7 @@ __all__ = [
     "Authorization",
     "CoalesceSettings",
     "SourceChangedError",
+    "VirtualRangeError",
     "VirtualReader",
     "VirtualRefRefusedError",
     "VirtualRequest",

@@ -413,3 +413,27 @@ def test_scalars_and_vlen_strings_read_like_xarray(
     ours, theirs = our_reading(repo), xarray_reading(paths)
     assert ours["height"].shape == () and float(ours["height"]) == 2.5
     assert_same_values(ours, theirs)
+
+
+# -- 10. clear errors -------------------------------------------------------------------------
+def test_a_ref_past_the_end_of_its_file_names_the_file(
+    data_dir: Path, make_repo: RepoFactory
+) -> None:
+    from icechunk_spark.containers import VirtualRangeError
+
+    (data_dir / "short.bin").write_bytes(b"0123456789")
+    repo = make_repo([data_dir.as_uri() + "/"])
+    session = repo.writable_session()
+    session.create_group("/")
+    session.create_array("/a", (2,), (1,), "uint64", dimension_names=["x"])
+    url = f"file://{data_dir}/short.bin"
+    session.set_virtual_ref("/a", (0,), url, 0, 8)
+    session.set_virtual_ref("/a", (1,), url, 6, 8)  # 4 bytes past the end
+    session.commit("short")
+    reader = repo.readonly_session()
+    assert reader.get_chunk("/a", (0,)) == b"01234567"
+    pattern = r"short\.bin.*offset 6.*length 8.*10 bytes"
+    with pytest.raises(VirtualRangeError, match=pattern):
+        reader.get_chunk("/a", (1,))
+    with pytest.raises(VirtualRangeError, match=pattern):
+        xr.open_zarr(reader.store, consolidated=False)["a"].values  # noqa: B018
