@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..containers import resolve_target
-from ..errors import InvalidInputError
+from ..errors import IcechunkSparkError, InvalidInputError, NotFoundError
 from ..progress import Progress, track
 from .combine import DEFAULT_MATERIALIZE_MAX_BYTES, Fetch, concat_reference_sets
 from .metadata import UNMASKED_FILL
@@ -91,18 +91,59 @@ def scan_netcdf(
     """
     from kerchunk.hdf import SingleHdf5ToZarr
 
-    scanner = SingleHdf5ToZarr(
-        url,
-        storage_options=dict(storage_options or {}),
-        inline_threshold=inline_threshold,
-        error="raise",
-    )
+    try:
+        scanner = SingleHdf5ToZarr(
+            url,
+            storage_options=dict(storage_options or {}),
+            inline_threshold=inline_threshold,
+            error="raise",
+        )
+    except FileNotFoundError:
+        raise NotFoundError(f"{url!r} does not exist") from None
+    except (OSError, ValueError) as exc:  # h5py: "file signature not found"...
+        raise InvalidInputError(f"{url!r} is not a NetCDF4/HDF5 file: {exc}") from exc
     try:
         refs: dict[str, Any] = scanner.translate()
         _storage_fill_values(refs, scanner._h5f)
+    except IcechunkSparkError:
+        raise
+    except Exception as exc:  # kerchunk raises anything on what it cannot translate
+        raise InvalidInputError(
+            f"{url!r}: kerchunk cannot scan this NetCDF4/HDF5 file: {exc}"
+        ) from exc
     finally:
         scanner.close()
     return refs
+
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def check_hdf5(url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Refuse a file without the HDF5 signature (NetCDF4 files are HDF5 files).
+
+    The signature is at byte 0, or after a user block of 512, 1024, 2048... bytes.
+
+    Raises:
+        InvalidInputError: not an HDF5 file (a NetCDF3 file, text...), naming it.
+        NotFoundError: the file does not exist.
+    """
+    import fsspec.core
+
+    fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+    try:
+        size = int(fs.size(path))
+        offset = 0
+        while offset + 8 <= size:
+            if bytes(fs.cat_file(path, start=offset, end=offset + 8)) == HDF5_SIGNATURE:
+                return
+            offset = 512 if offset == 0 else offset * 2
+    except FileNotFoundError:
+        raise NotFoundError(f"{url!r} does not exist") from None
+    raise InvalidInputError(
+        f"{url!r} is not a NetCDF4/HDF5 file (no HDF5 signature); only NetCDF4/HDF5 files "
+        "can be imported (convert NetCDF3 files with nccopy -k nc4)"
+    )
 
 
 def _storage_fill_values(refs: dict[str, Any], h5file: Any) -> None:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..containers import resolve_target
 from ..errors import InvalidInputError
-from .importers import import_netcdf
+from .importers import check_hdf5, import_netcdf
 
 if TYPE_CHECKING:
     from ..progress import Progress
@@ -153,13 +153,23 @@ def prepare_ingest(
 ) -> tuple[Repository, IngestPlan]:
     """List the files ``pattern`` matches, open the repository for them, and plan the run.
 
-    ``container`` defaults to the folder of the first file.
+    ``container`` defaults to the folder of the first file. A repository that does not
+    exist yet is created only once every file is known to be inside the container and an
+    HDF5 file (NetCDF4), so a refused first import leaves nothing behind.
 
     Raises:
-        InvalidInputError: nothing matches ``pattern``.
+        InvalidInputError: nothing matches ``pattern``, or a file is not NetCDF4/HDF5.
+        VirtualRefRefusedError: a file lies outside the container (also via a symlink).
     """
+    from ..repository import Repository
+
     found = list_files(pattern, file_options)
-    repo = open_for_files(url, container or folder_of(found), file_options, storage_options)
+    container = container or folder_of(found)
+    if not Repository.exists(url, storage_options):
+        # Refuse what cannot be imported before the repository is created, not after.
+        for file in found:
+            check_hdf5(resolve_target(file, [container])[0], file_options)
+    repo = open_for_files(url, container, file_options, storage_options)
     return repo, plan_ingest(repo, found, branch)
 
 

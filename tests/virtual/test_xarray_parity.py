@@ -336,8 +336,7 @@ def test_cli_import_refuses_a_planted_symlink(
     with contextlib.redirect_stderr(err):
         assert main(["import", url, str(data_dir / "*.nc")]) == 1
     assert "outside the container" in err.getvalue()
-    repo = Repository.open(url, authorize_virtual=[data_dir.as_uri() + "/"])
-    assert [n.path for n in repo.readonly_session().list_nodes()] in ([], ["/"])
+    assert not Repository.exists(url)  # refused before the repository is created
 
 
 # -- 8. paths: spaces, non-ASCII, percent-encoding, scheme-less refs -------------------------
@@ -437,3 +436,22 @@ def test_a_ref_past_the_end_of_its_file_names_the_file(
         reader.get_chunk("/a", (1,))
     with pytest.raises(VirtualRangeError, match=pattern):
         xr.open_zarr(reader.store, consolidated=False)["a"].values  # noqa: B018
+
+
+def test_importing_a_file_that_is_not_netcdf4_names_it_and_creates_nothing(
+    tmp_path: Path, data_dir: Path, make_repo: RepoFactory
+) -> None:
+    import contextlib
+    import io
+
+    write_files(data_dir, 1, _tiny)
+    (data_dir / "notes.nc").write_text("not a NetCDF file at all\n")
+    url = (tmp_path / "new-repo").as_uri()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["import", url, str(data_dir / "*.nc")]) == 1
+    assert "notes.nc" in err.getvalue() and "NetCDF4/HDF5" in err.getvalue()
+    assert not Repository.exists(url)
+    session = make_repo([data_dir.as_uri() + "/"]).writable_session()
+    with pytest.raises(InvalidInputError, match=r"notes\.nc.*NetCDF4/HDF5"):
+        import_netcdf(session, [(data_dir / "notes.nc").as_uri()], concat_dim=None)
