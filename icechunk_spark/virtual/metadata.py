@@ -3,7 +3,8 @@
 Decisions (the lead copies these to ``docs/``):
 
 - ``dtype`` and ``fill_value`` go through zarr's own data type parsing; a ``null`` v2 fill
-  value becomes the dtype's default (0, 0.0, false, ""): v3 requires one.
+  value becomes the dtype's default (0, 0.0, false, ""): v3 requires one. NetCDF scans
+  (``scan_netcdf``) fill it in with the HDF5 fill value instead, flagged ``UNMASKED_FILL``.
 - Codecs: ``order: "F"`` becomes a ``transpose`` codec; array-to-array v2 filters come before
   the ``bytes`` codec; bytes-to-bytes filters (HDF5's ``shuffle`` and ``zlib`` are v2
   *filters* in kerchunk output) and the compressor come after it, in v2 order. ``gzip``,
@@ -13,6 +14,7 @@ Decisions (the lead copies these to ``docs/``):
   bytes-to-bytes one cannot be expressed in v3 and is refused.
 - The chunk key encoding becomes v3's ``default`` (``c/0/1``): keys are ours to choose since
   refs are stored by chunk coord, not by key.
+- v2's object codecs ``vlen-utf8`` / ``vlen-bytes`` become v3's codecs of those names.
 - ``_ARRAY_DIMENSIONS`` becomes ``dimension_names`` and leaves the attributes.
 - A non-null v2 fill value is also written as the ``_FillValue`` attribute in xarray's v3
   encoding (base64 of a little-endian double for floats), because xarray masks fill values of
