@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from icechunk_spark import InvalidInputError, Repository
+from icechunk_spark import InvalidInputError, NotFoundError, Repository
 from icechunk_spark.cli import main
 from icechunk_spark.virtual import import_netcdf
 
@@ -455,3 +455,20 @@ def test_importing_a_file_that_is_not_netcdf4_names_it_and_creates_nothing(
     session = make_repo([data_dir.as_uri() + "/"]).writable_session()
     with pytest.raises(InvalidInputError, match=r"notes\.nc.*NetCDF4/HDF5"):
         import_netcdf(session, [(data_dir / "notes.nc").as_uri()], concat_dim=None)
+
+
+# -- 9. as_of and create_array ------------------------------------------------------------
+def test_as_of_accepts_iso_strings_and_refuses_garbage(tmp_path: Path) -> None:
+    repo = Repository.create((tmp_path / "r").as_uri())
+    session = repo.writable_session()
+    session.create_group("/", attributes={"v": 1})
+    first = session.commit("one")
+    from datetime import UTC, datetime, timedelta
+
+    later = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    assert repo.readonly_session("main", as_of=later).snapshot_id == first
+    assert repo.readonly_session("main", as_of=later[:10]).snapshot_id == first
+    with pytest.raises(NotFoundError):
+        repo.readonly_session("main", as_of="2020-01-01")
+    with pytest.raises(InvalidInputError, match="ISO 8601"):
+        repo.readonly_session("main", as_of="yesterday")
