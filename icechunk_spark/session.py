@@ -186,6 +186,7 @@ class Session:
         }
         if dimension_names is not None:
             doc["dimension_names"] = list(dimension_names)
+        _validate_array_doc(path, doc)
         return self.set_node_metadata(path, json.dumps(doc).encode(), create_only=True)
 
     def set_node_metadata(self, path: str, zarr_json: bytes, *, create_only: bool = False) -> Node:
@@ -611,6 +612,17 @@ class Session:
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else "writable"
         return f"<Session {mode} branch={self.branch!r} snapshot={self.snapshot_id}>"
+
+
+def _validate_array_doc(path: str, doc: Mapping[str, Any]) -> None:
+    """Let zarr parse the metadata first: an invalid dtype or codec committed would make
+    every reader of the repository (``xr.open_zarr``) fail, not just this array's."""
+    from zarr.core.metadata.v3 import ArrayV3Metadata
+
+    try:
+        ArrayV3Metadata.from_dict(dict(doc))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidInputError(f"array {path!r}: invalid Zarr v3 metadata: {exc}") from exc
 
 
 def _as_ref_table(refs: pa.Table | Mapping[str, Any], ndim: int) -> pa.Table:

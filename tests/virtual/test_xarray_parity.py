@@ -472,3 +472,20 @@ def test_as_of_accepts_iso_strings_and_refuses_garbage(tmp_path: Path) -> None:
         repo.readonly_session("main", as_of="2020-01-01")
     with pytest.raises(InvalidInputError, match="ISO 8601"):
         repo.readonly_session("main", as_of="yesterday")
+
+
+@pytest.mark.parametrize(
+    ("dtype", "codecs"),
+    [("float", None), ("float32", [{"name": "no-such-codec"}]), ("int8", [{"name": "gzip"}])],
+)
+def test_create_array_validates_through_zarr(
+    tmp_path: Path, dtype: str, codecs: list[dict[str, Any]] | None
+) -> None:
+    repo = Repository.create((tmp_path / "r").as_uri())
+    session = repo.writable_session()
+    session.create_group("/")
+    session.create_array("/ok", (4,), (2,), "float32", dimension_names=["x"])
+    with pytest.raises(InvalidInputError, match="/bad"):
+        session.create_array("/bad", (4,), (2,), dtype, codecs=codecs, dimension_names=["x"])
+    session.commit("only valid arrays")
+    xr.open_zarr(repo.readonly_session().store, consolidated=False).load()  # opens
