@@ -489,3 +489,29 @@ def test_create_array_validates_through_zarr(
         session.create_array("/bad", (4,), (2,), dtype, codecs=codecs, dimension_names=["x"])
     session.commit("only valid arrays")
     xr.open_zarr(repo.readonly_session().store, consolidated=False).load()  # opens
+
+
+def test_cli_refuses_negative_counts_and_finds_relative_paths(tmp_path: Path) -> None:
+    import contextlib
+    import io
+
+    url = (tmp_path / "r").as_uri()
+    repo = Repository.create(url)
+    session = repo.writable_session()
+    session.create_group("/")
+    session.create_group("/a")
+    session.commit("a group")
+    for argv in (
+        ["gc", url, "--days", "-1"],
+        ["expire", url, "--days", "-1"],
+        ["log", url, "-n", "-1"],
+    ):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2 and "negative" in err.getvalue(), argv
+    assert [row["path"] for row in cli("ls", url, "a")] == ["/a"]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["ls", url, "nothing/here"]) == 1
+    assert "/nothing/here" in err.getvalue()
