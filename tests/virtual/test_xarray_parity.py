@@ -515,3 +515,16 @@ def test_cli_refuses_negative_counts_and_finds_relative_paths(tmp_path: Path) ->
     with contextlib.redirect_stderr(err):
         assert main(["ls", url, "nothing/here"]) == 1
     assert "/nothing/here" in err.getvalue()
+
+
+def test_zarr_v2_writes_say_only_v3_and_unnamed_dataarrays_round_trip(tmp_path: Path) -> None:
+    repo = Repository.create((tmp_path / "r").as_uri())
+    session = repo.writable_session()
+    data = xr.DataArray(np.arange(4.0), dims=["x"])  # no name
+    with pytest.raises(InvalidInputError, match="only Zarr v3"):
+        data.to_dataset(name="v").to_zarr(session.store, zarr_format=2, consolidated=False)
+    session = repo.writable_session()
+    data.to_zarr(session.store, zarr_format=3, consolidated=False)
+    session.commit("unnamed")
+    back = xr.open_dataarray(repo.readonly_session().store, engine="zarr", consolidated=False)
+    np.testing.assert_array_equal(back.values, data.values)
