@@ -22,6 +22,7 @@ from icechunk_spark.cli import main
 from icechunk_spark.virtual import import_netcdf
 
 from .conftest import NUMCODECS_WARNING, RepoFactory
+from .netcdf_data import write_awkward_files
 
 pytestmark = pytest.mark.filterwarnings(NUMCODECS_WARNING)
 
@@ -528,3 +529,16 @@ def test_zarr_v2_writes_say_only_v3_and_unnamed_dataarrays_round_trip(tmp_path: 
     session.commit("unnamed")
     back = xr.open_dataarray(repo.readonly_session().store, engine="zarr", consolidated=False)
     np.testing.assert_array_equal(back.values, data.values)
+
+
+# -- all of it at once, through the CLI (the Spark job: tests/test_jobs.py) -------------------
+def test_awkward_files_through_the_cli_read_like_xarray(tmp_path: Path) -> None:
+    paths = write_awkward_files(tmp_path)
+    url = (tmp_path / "repo").as_uri()
+    pattern = str(paths[0].parent / "*.nc")
+    assert cli("import", url, pattern)["new_files"] == len(paths)
+    assert cli("import", url, pattern)["committed"] is False
+    repo = Repository.open(url, authorize_virtual=[paths[0].parent.as_uri() + "/"])
+    ours, theirs = our_reading(repo), xarray_reading(paths)
+    assert sorted(theirs.data_vars) == ["late", "packed", "sparse", "time_bnds"]
+    assert_same_values(ours, theirs)
