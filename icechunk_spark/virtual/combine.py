@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +59,7 @@ PACKING = ("scale_factor", "add_offset", "missing_value", "_Unsigned")
 _DECODED_AWAY = (*PACKING, "_FillValue")  # not in the attributes of a decoded array
 _LABELS = ("units", "calendar")
 _BOUNDS_LINKS = ("bounds", "climatology")
+_READERS = 16  # files read at once when comparing arrays without the concat dimension
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +202,6 @@ def _check_constant(
     """An array without the concat dimension must be the same in every file holding it."""
     first = present[0]
     assert first.array is not None
-    values: np.ndarray | None = None
     for part in present[1:]:
         assert part.array is not None
         if part.array.shape != first.array.shape:
@@ -215,14 +216,23 @@ def _check_constant(
                     f"{path!r} does not have the concatenation dimension but its {key} "
                     f"differs between {label[first.k]} and {label[part.k]}"
                 )
-        if values is None:
-            values = read_values(first.array, fetch)
-        if not np.array_equal(read_values(part.array, fetch), values, equal_nan=True):
-            raise InvalidInputError(
-                f"{path!r} does not have the concatenation dimension but its values differ "
-                f"between {label[first.k]} and {label[part.k]}; a combined dataset can "
-                "hold only one (xarray would need join='outer' and re-grid every chunk)"
-            )
+    if len(present) == 1:
+        return
+    values = read_values(first.array, fetch)
+
+    def differs(part: _Part) -> bool:
+        assert part.array is not None
+        return not np.array_equal(read_values(part.array, fetch), values, equal_nan=True)
+
+    # A daily update re-reads e.g. lat/lon of every file: in parallel, for object stores.
+    with ThreadPoolExecutor(max_workers=min(_READERS, len(present) - 1)) as pool:
+        for part, bad in zip(present[1:], pool.map(differs, present[1:]), strict=True):
+            if bad:
+                raise InvalidInputError(
+                    f"{path!r} does not have the concatenation dimension but its values "
+                    f"differ between {label[first.k]} and {label[part.k]}; a combined dataset "
+                    "can hold only one (xarray would need join='outer' and re-grid every chunk)"
+                )
 
 
 def _check_compatible(path: str, present: Sequence[_Part], axis: int, label: Sequence[str]) -> None:
