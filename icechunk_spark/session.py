@@ -636,8 +636,10 @@ def _as_ref_table(refs: pa.Table | Mapping[str, Any], ndim: int) -> pa.Table:
         refs = dict(refs)
         coords = refs.get("coord")
         if isinstance(coords, np.ndarray):
+            # A 0-d array's coords are (n, 0): -1 cannot be inferred from size 0.
+            rows = coords.shape[0] if coords.ndim else 1
             refs["coord"] = encode_coords(
-                coords.reshape(-1, ndim) if ndim else coords.reshape(-1, 0)
+                coords.reshape(rows, ndim) if ndim == 0 else coords.reshape(-1, ndim)
             )
         refs = pa.table(refs)
     if "location" in refs.column_names and "virtual_path" not in refs.column_names:

@@ -542,3 +542,20 @@ def test_awkward_files_through_the_cli_read_like_xarray(tmp_path: Path) -> None:
     ours, theirs = our_reading(repo), xarray_reading(paths)
     assert sorted(theirs.data_vars) == ["late", "packed", "sparse", "time_bnds"]
     assert_same_values(ours, theirs)
+
+
+def test_bulk_refs_of_a_scalar_array(data_dir: Path, make_repo: RepoFactory) -> None:
+    (data_dir / "v.bin").write_bytes(np.float64(2.5).tobytes())
+    repo = make_repo([data_dir.as_uri() + "/"])
+    session = repo.writable_session()
+    session.create_group("/")
+    session.create_array("/s", (), (), "float64")
+    refs = {
+        "coord": np.zeros((1, 0), np.int64),
+        "virtual_path": [f"file://{data_dir}/v.bin"],
+        "offset": [0],
+        "length": [8],
+    }
+    assert session.set_chunk_refs("/s", refs) == 1
+    session.commit("scalar")
+    assert np.frombuffer(repo.readonly_session().get_chunk("/s", ()) or b"", "<f8")[0] == 2.5
