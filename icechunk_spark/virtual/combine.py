@@ -390,7 +390,8 @@ def _materialize_decoded(
     parts: Sequence[_Part], first: ArrayRefs, axis: int, fetch: Fetch
 ) -> ArrayRefs:
     """Values as xarray decodes each file (packing applied, NaN where masked), as one chunk."""
-    decoded = [_decode(p, first, fetch) if p.array is not None else None for p in parts]
+    reference = next(p for p in parts if p.array is not None)
+    decoded = [_decode(p, reference, fetch) if p.array is not None else None for p in parts]
     kinds = [d.dtype for d in decoded if d is not None]
     dtype = np.result_type(*kinds)
     if any(d is None for d in decoded) and dtype.kind != "f":
@@ -418,8 +419,8 @@ def _materialize_decoded(
     return _single_chunk(first, doc, values.astype(native))
 
 
-def _decode(part: _Part, first: ArrayRefs, fetch: Fetch) -> np.ndarray:
-    """One file's values decoded by xarray's own CF decoding (times are left alone)."""
+def _decode(part: _Part, reference: _Part, fetch: Fetch) -> np.ndarray:
+    """One file's values decoded by xarray's own CF decoding; times stay numbers, rebased."""
     import xarray as xr
 
     array = part.array
@@ -435,7 +436,13 @@ def _decode(part: _Part, first: ArrayRefs, fetch: Fetch) -> np.ndarray:
         decode_times=False,
         decode_timedelta=False,
     )
-    return np.asarray(variable.values)
+    values = np.asarray(variable.values)
+    units, target = part.attrs.get("units"), reference.attrs.get("units")
+    if isinstance(units, str) and isinstance(target, str) and is_time_units(target):
+        # Times stay numbers (in the reference file's units, which the array keeps).
+        calendar = reference.attrs.get("calendar")
+        values = rebase_time_values(values, units, target, calendar, array.path)
+    return values
 
 
 def _single_chunk(first: ArrayRefs, doc: dict[str, Any], values: np.ndarray) -> ArrayRefs:

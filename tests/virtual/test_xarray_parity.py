@@ -559,3 +559,20 @@ def test_bulk_refs_of_a_scalar_array(data_dir: Path, make_repo: RepoFactory) -> 
     assert session.set_chunk_refs("/s", refs) == 1
     session.commit("scalar")
     assert np.frombuffer(repo.readonly_session().get_chunk("/s", ()) or b"", "<f8")[0] == 2.5
+
+
+def test_a_time_variable_only_in_later_files_is_rebased(
+    data_dir: Path, make_repo: RepoFactory
+) -> None:
+    def write(ds: netCDF4.Dataset, k: int) -> None:
+        _timed(ds, k)
+        ds.createVariable("tas", "f4", ("time",))[:] = [k, k]
+        if k >= 1:
+            issued = ds.createVariable("issued", "f8", ("time",))
+            issued.units = f"hours since 2000-02-{k + 1:02d}"  # each file's own
+            issued[:] = [0, 6]
+
+    paths = write_files(data_dir, 3, write)
+    ours, theirs = our_reading(imported(make_repo, data_dir, paths)), xarray_reading(paths)
+    assert str(theirs["issued"].values[4])[:13] == "2000-02-03T00"
+    assert_same_values(ours, theirs)
