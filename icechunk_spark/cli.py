@@ -22,7 +22,7 @@ from tqdm import tqdm
 from .errors import IcechunkSparkError, InvalidInputError, NotFoundError
 from .progress import SILENT, Progress
 from .repository import Repository
-from .session import Session
+from .session import Session, normalize_path
 from .storage import parse_storage_options
 
 Handler = Callable[[argparse.Namespace], Any]
@@ -187,7 +187,8 @@ def cmd_tag(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_ls(args: argparse.Namespace) -> dict[str, Any]:
     session = _session(_open(args), args.ref)
-    prefix = args.path.rstrip("/")
+    # 'a', '/a' and '/a/' are one node path (a path without '/' printed nothing before).
+    prefix = normalize_path(args.path).rstrip("/")
     rows = []
     for node in session.list_nodes():
         if prefix and not (node.path == prefix or node.path.startswith(prefix + "/")):
@@ -201,6 +202,8 @@ def cmd_ls(args: argparse.Namespace) -> dict[str, Any]:
                 "refs": node.ref_count,
             }
         rows.append(row)
+    if prefix and not rows:
+        raise NotFoundError(f"no group or array at {prefix!r}")
     return {"text": "\n".join(_tree_line(row) for row in rows), "json": rows}
 
 
@@ -379,6 +382,22 @@ def _cutoff(args: argparse.Namespace) -> datetime:
     return datetime.now(tz=UTC) - timedelta(days=args.days)
 
 
+def _count(text: str) -> int:
+    """``-n``: a count, never negative (``-n -1`` printed nothing and exited 0)."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; give a count >= 0")
+    return value
+
+
+def _days(text: str) -> float:
+    """``--days``: a non-negative age (``-1`` put the cut-off in the future)."""
+    value = float(text)
+    if not value >= 0:  # also NaN
+        raise argparse.ArgumentTypeError(f"{text} is negative (or not a number); give days >= 0")
+    return value
+
+
 def _read_yaml(path: str) -> Any:
     import yaml
 
@@ -421,7 +440,7 @@ def _parser() -> argparse.ArgumentParser:
     p = add("log", cmd_log, "list snapshots, newest first")
     p.add_argument("ref", nargs="?", help="branch, tag or snapshot (default: --branch)")
     p.add_argument("--branch", default="main")
-    p.add_argument("-n", type=int, help="at most this many")
+    p.add_argument("-n", type=_count, help="at most this many")
     p = add("branch", cmd_branch, "list, create, delete or reset branches")
     p.add_argument(
         "action", nargs="?", default="list", choices=["list", "create", "delete", "reset"]
@@ -457,7 +476,7 @@ def _parser() -> argparse.ArgumentParser:
         p = add(name, handler, help_text)
         p.add_argument("--older-than", help="ISO date-time cut-off")
         p.add_argument(
-            "--days", type=float, default=7.0, help="cut-off this many days ago (default 7)"
+            "--days", type=_days, default=7.0, help="cut-off this many days ago (default 7)"
         )
         if name == "expire":
             p.add_argument("--delete-branches", action="store_true")

@@ -53,7 +53,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 from .errors import IcechunkSparkError, InvalidInputError, NotFoundError, StorageError
 
@@ -69,6 +69,10 @@ class VirtualRefRefusedError(InvalidInputError):
 
 class SourceChangedError(IcechunkSparkError):
     """The file a virtual ref points into changed after the ref was written (checksum differs)."""
+
+
+class VirtualRangeError(StorageError):
+    """A virtual ref asks for bytes past the end of its file (truncated or a wrong ref)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +123,8 @@ def normalize_prefix(prefix: str) -> str:
             f"virtual chunk container {prefix!r} must be a URL with a scheme (file:///data/)"
         )
     _check_text(prefix, rest)
+    if scheme.lower() == "file":
+        rest = _file_path(prefix, rest)
     return f"{scheme.lower()}://{rest if rest.endswith('/') else rest + '/'}"
 
 
@@ -159,6 +165,8 @@ def resolve_url(url: str, containers: Iterable[str]) -> tuple[str, str]:
             "add one with config virtual_chunk_containers={'file:///data/': {}}"
         )
     scheme, sep, rest = url.partition("://")
+    if not sep and url.startswith("/"):  # an absolute local path, as kerchunk writes them
+        scheme, sep, rest = "file", "://", url
     if not sep:
         _check_text(url, url)
         if len(prefixes) != 1:
@@ -169,6 +177,8 @@ def resolve_url(url: str, containers: Iterable[str]) -> tuple[str, str]:
         scheme, _, rest = (prefixes[0] + url.lstrip("/")).partition("://")
     else:
         _check_text(url, rest)
+    if scheme.lower() == "file":
+        rest = _file_path(url, rest)
     if not rest:
         raise VirtualRefRefusedError(f"virtual ref {url!r} refused: it names no file")
     normalized = f"{scheme.lower()}://{_normpath(rest)}"
@@ -179,6 +189,40 @@ def resolve_url(url: str, containers: Iterable[str]) -> tuple[str, str]:
         f"virtual ref {url!r} is outside every virtual chunk container ({prefixes}); "
         "add its prefix to the repository config's virtual_chunk_containers"
     )
+
+
+def _file_path(url: str, rest: str) -> str:
+    """The path of a ``file://`` URL, percent-decoded: one spelling per file.
+
+    ``file:///data/a%20b.nc`` (``Path.as_uri()``) and ``file:///data/a b.nc`` name the same
+    file, and fsspec opens the path as written, so refs and containers keep the decoded
+    form. A decoded character that the URL rules refuse (``%3F`` for ``?``...) is refused.
+    """
+    host, slash, path = rest.partition("/")
+    if host not in ("",) or not slash:
+        raise VirtualRefRefusedError(
+            f"virtual ref {url!r} refused: file URLs name no host (file:///path); "
+            f"{host!r} would be dropped by the filesystem, not honoured"
+        )
+    decoded = unquote("/" + path)
+    _check_text(decoded, decoded)
+    return decoded
+
+
+def resolve_target(url: str, containers: Iterable[str]) -> tuple[str, str]:
+    """``resolve_url`` plus the read-time check of the target itself, for writers.
+
+    Importers call this before opening, stat'ing or copying any byte of a file, so what an
+    import may touch is exactly what a reader may: for ``file://`` containers the real path
+    (symlinks resolved) must stay inside the container's real path.
+
+    Raises:
+        VirtualRefRefusedError: as ``resolve_url``, or the file resolves outside its container.
+    """
+    absolute, container = resolve_url(url, containers)
+    if container.startswith("file://"):
+        _check_real_path(absolute, container)
+    return absolute, container
 
 
 def _normpath(rest: str) -> str:
@@ -325,7 +369,9 @@ class VirtualReader:
                     outcomes[i] = result
                 else:
                     start = requests[i].offset - fetch.start
-                    outcomes[i] = result[start : start + requests[i].length]
+                    piece = result[start : start + requests[i].length]
+                    short = len(piece) < requests[i].length
+                    outcomes[i] = _past_the_end(fetch, requests[i]) if short else piece
         return [o if o is not None else b"" for o in outcomes]
 
     def _group(
@@ -443,10 +489,25 @@ def plan_fetches(
     return fetches
 
 
+def _past_the_end(fetch: _Fetch, request: VirtualRequest) -> VirtualRangeError:
+    """The error for a ref whose range the file does not hold (zarr would fail later with
+    a reshape error naming nothing)."""
+    try:
+        size: object = fetch.fs.size(fetch.url)
+    except OSError:
+        size = "unknown"
+    return VirtualRangeError(
+        f"virtual ref {request.url!r} (offset {request.offset}, length {request.length}) "
+        f"reaches past the end of the file, which has {size} bytes: the file was truncated "
+        "or replaced, or the ref is wrong; re-import it"
+    )
+
+
 def _check_real_path(url: str, container: str) -> None:
     """A local target must stay inside its container after resolving symlinks."""
-    path = urlsplit(url).path
-    root = os.path.realpath(urlsplit(container).path)
+    # Not urlsplit: these are decoded paths, where '%3F' was checked and '#' is refused.
+    path = url.partition("://")[2]
+    root = os.path.realpath(container.partition("://")[2])
     real = os.path.realpath(path)
     if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
         raise VirtualRefRefusedError(
@@ -493,10 +554,12 @@ __all__ = [
     "Authorization",
     "CoalesceSettings",
     "SourceChangedError",
+    "VirtualRangeError",
     "VirtualReader",
     "VirtualRefRefusedError",
     "VirtualRequest",
     "file_checksum",
     "normalize_prefix",
+    "resolve_target",
     "resolve_url",
 ]

@@ -11,7 +11,11 @@ Seed 003's *MetaArrays*, computed from manifests instead of kept as a second arr
 **Chunk statistics** are optional, per written chunk: ``stat_min`` and ``stat_max`` (of the
 values that are neither NaN nor the array's fill value), ``stat_nan_count`` and
 ``stat_fill_count`` (elements equal to the fill value; with a NaN fill value this equals the
-NaN count). Edge chunks count only their in-bounds part. They are recorded when a chunk is
+NaN count). They cover the whole stored chunk, and an edge chunk (one that reaches past the
+array's shape) reads as having no statistics: a resize moves the shape through a stored
+chunk, hiding values its statistics counted or showing values they would not have counted,
+so only a chunk wholly inside the shape has statistics that match what a reader sees (and
+a full chunk's statistics stay exact whatever resizes come later). They are recorded when a chunk is
 written to an array whose path full-matches one of the repository config's
 ``chunk_statistics`` regexes, for numeric and boolean dtypes (as float64, so integers beyond
 2**53 are rounded), and stored as extra manifest columns, null for chunks without them
@@ -210,11 +214,8 @@ def stats_enabled(patterns: Sequence[str], path: str) -> bool:
 
 
 def chunk_values_stats(node: Node, coord: Sequence[int], values: np.ndarray) -> ChunkStats | None:
-    """Statistics of a full chunk of values, counting only its in-bounds part."""
-    assert node.meta is not None
-    return compute_stats(
-        values[chunk_region(node.meta, coord)], chunk_codec(node.zarr_json).fill_value
-    )
+    """Statistics of a full chunk of values, all of it (see the module: edge chunks)."""
+    return compute_stats(values, chunk_codec(node.zarr_json).fill_value)
 
 
 def encoded_chunk_stats(node: Node, coord: Sequence[int], data: bytes) -> ChunkStats | None:
@@ -305,13 +306,23 @@ def chunk_stats(session: Session, path: str) -> pa.Table:
         if node.meta.ndim
         else pa.array([[] for _ in range(refs.num_rows)], pa.list_(pa.int64()))
     }
+    inside = pa.array(_wholly_inside(coords, node.meta))
     for f in STAT_FIELDS:
-        columns[f.name] = (
+        column = (
             refs.column(f.name).cast(f.type)
             if f.name in refs.column_names
             else pa.nulls(refs.num_rows, f.type)
         )
+        columns[f.name] = pc.if_else(inside, column, pa.scalar(None, f.type))
     return pa.table(columns)
+
+
+def _wholly_inside(coords: np.ndarray, meta: ArrayMeta) -> np.ndarray:
+    """Per coord: whether the chunk lies wholly inside the array's shape (not an edge chunk)."""
+    if coords.shape[0] == 0 or not meta.shape:
+        return np.ones(coords.shape[0], dtype=bool)
+    ends = (coords + 1) * np.asarray(meta.chunk_shape, dtype=np.int64)
+    return np.asarray(np.all(ends <= np.asarray(meta.shape, dtype=np.int64), axis=1))
 
 
 def chunks_where(

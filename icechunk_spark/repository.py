@@ -221,9 +221,13 @@ class Repository:
         *,
         tag: str | None = None,
         snapshot_id: str | None = None,
-        as_of: datetime | None = None,
+        as_of: datetime | str | None = None,
     ) -> Session:
-        """A read-only session at a branch tip, a tag, a snapshot, or a branch as of a time."""
+        """A read-only session at a branch tip, a tag, a snapshot, or a branch as of a time.
+
+        ``as_of``: a ``datetime`` or an ISO 8601 string (``"2024-05-01"``,
+        ``"2024-05-01T12:00:00+02:00"``); without a time zone it is UTC.
+        """
         state = self.state()
         target = state.resolve(branch, tag, snapshot_id, DEFAULT_BRANCH)
         if as_of is not None:
@@ -232,7 +236,19 @@ class Repository:
         on_branch = None if tag is not None or snapshot_id is not None else branch
         return Session(self, view, on_branch, read_only=True)
 
-    def _as_of(self, state: State, tip: str, as_of: datetime) -> str:
+    def _as_of(self, state: State, tip: str, as_of: datetime | str) -> str:
+        if isinstance(as_of, str):
+            try:
+                as_of = datetime.fromisoformat(as_of)
+            except ValueError:
+                raise InvalidInputError(
+                    f"as_of={as_of!r} is not an ISO 8601 date or time; pass a datetime or "
+                    "a string like '2024-05-01' or '2024-05-01T12:00:00+00:00'"
+                ) from None
+        if not isinstance(as_of, datetime):
+            raise InvalidInputError(
+                f"as_of must be a datetime or an ISO 8601 string, not {as_of!r}"
+            )
         if as_of.tzinfo is None:
             as_of = as_of.replace(tzinfo=UTC)
         limit = int(as_of.timestamp() * 1000)

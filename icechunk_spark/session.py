@@ -89,11 +89,17 @@ class ChangeSummary:
         return not (self.created or self.updated or self.deleted or self.chunks)
 
 
+XARRAY_UNNAMED = "__xarray_dataarray_variable__"
+
+
 def normalize_path(path: str) -> str:
     """``'a/b'``, ``'/a/b/'`` -> ``'/a/b'``; ``''`` and ``'/'`` -> ``'/'``."""
     parts = [p for p in path.split("/") if p]
     for part in parts:
-        if part in (".", "..") or part.startswith("__"):
+        # The v3 spec reserves '__' names; xarray's name for an unnamed DataArray is one
+        # that zarr itself accepts, so it is let through.
+        reserved = part.startswith("__") and part != XARRAY_UNNAMED
+        if part in (".", "..") or reserved:
             raise InvalidInputError(f"invalid node path {path!r}: segment {part!r} is not allowed")
     return "/" + "/".join(parts)
 
@@ -215,6 +221,7 @@ class Session:
         }
         if dimension_names is not None:
             doc["dimension_names"] = list(dimension_names)
+        _validate_array_doc(path, doc)
         return self.set_node_metadata(path, json.dumps(doc).encode(), create_only=True)
 
     def set_node_metadata(self, path: str, zarr_json: bytes, *, create_only: bool = False) -> Node:
@@ -735,13 +742,26 @@ class Session:
         return f"<Session {mode} branch={self.branch!r} snapshot={self.snapshot_id}>"
 
 
+def _validate_array_doc(path: str, doc: Mapping[str, Any]) -> None:
+    """Let zarr parse the metadata first: an invalid dtype or codec committed would make
+    every reader of the repository (``xr.open_zarr``) fail, not just this array's."""
+    from zarr.core.metadata.v3 import ArrayV3Metadata
+
+    try:
+        ArrayV3Metadata.from_dict(dict(doc))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidInputError(f"array {path!r}: invalid Zarr v3 metadata: {exc}") from exc
+
+
 def _as_ref_table(refs: pa.Table | Mapping[str, Any], ndim: int) -> pa.Table:
     if not isinstance(refs, pa.Table):
         refs = dict(refs)
         coords = refs.get("coord")
         if isinstance(coords, np.ndarray):
+            # A 0-d array's coords are (n, 0): -1 cannot be inferred from size 0.
+            rows = coords.shape[0] if coords.ndim else 1
             refs["coord"] = encode_coords(
-                coords.reshape(-1, ndim) if ndim else coords.reshape(-1, 0)
+                coords.reshape(rows, ndim) if ndim == 0 else coords.reshape(-1, ndim)
             )
         refs = pa.table(refs)
     if "location" in refs.column_names and "virtual_path" not in refs.column_names:

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from .session import Session
 
 METADATA_KEY = "zarr.json"
+_V2_METADATA = frozenset({".zgroup", ".zarray", ".zattrs", ".zmetadata"})
 
 __all__ = ["IcechunkStore", "ReadOnlyStoreError"]
 
@@ -324,6 +325,11 @@ def _resolve(session: Session, key: str) -> MetadataKey | ChunkKey:
         raise InvalidInputError(f"invalid key {key!r}: keys are '/'-separated names, never empty")
     if segments[-1] == METADATA_KEY:
         return MetadataKey(normalize_path("/".join(segments[:-1])))
+    if segments[-1] in _V2_METADATA:
+        raise InvalidInputError(
+            f"key {key!r} is Zarr v2 metadata: repositories hold only Zarr v3 "
+            "(write with zarr_format=3, the default, e.g. ds.to_zarr(store, zarr_format=3))"
+        )
     # The deepest node above the key owns it; only arrays own keys besides zarr.json.
     for depth in range(len(segments) - 1, -1, -1):
         path = normalize_path("/".join(segments[:depth]))

@@ -37,14 +37,18 @@ container in config, not authorized by user   write: allowed; read: ``VirtualRef
                                               ``authorize_virtual``
 repo config lists ``file:///``, user          read of ``file:///etc/passwd``:
 authorized only ``file:///data/``             ``VirtualRefRefusedError``
-symlink in a ``file://`` container leading    read: ``VirtualRefRefusedError``
-out of it
+symlink in a ``file://`` container leading    import (before the file is opened, so no
+out of it                                     byte is inlined): ``VirtualRefRefusedError``;
+                                              read: ``VirtualRefRefusedError``
+``file://host/x``, decoded ``%3F``            write: ``VirtualRefRefusedError``
+ref past the end of its file                  read: ``VirtualRangeError`` naming it
 target changed since the ref was written      read: ``SourceChangedError``; with config
 (checksum)                                    ``verify_virtual_checksums=False``: new bytes
 target deleted                                read: ``NotFoundError``
 ============================================  ===========================================
 
-Importers check every URL against the containers before any file is opened or stat'ed.
+Importers check every URL against the containers (and, for ``file://``, its real path)
+before any file is opened or stat'ed.
 Checksums are ``etag:<ETag>`` where the store has ETags (S3, many HTTP servers), else
 ``mtime:<mtime>:<size>`` (local files): a rewrite that keeps size and mtime is not detected.
 """
@@ -52,6 +56,7 @@ Checksums are ``etag:<ETag>`` where the store has ETags (S3, many HTTP servers),
 from ..containers import (
     CoalesceSettings,
     SourceChangedError,
+    VirtualRangeError,
     VirtualReader,
     VirtualRefRefusedError,
     VirtualRequest,
@@ -77,6 +82,7 @@ __all__ = [
     "IngestPlan",
     "ReferenceSet",
     "SourceChangedError",
+    "VirtualRangeError",
     "VirtualReader",
     "VirtualRefRefusedError",
     "VirtualRequest",

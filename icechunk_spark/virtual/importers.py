@@ -9,10 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..containers import resolve_url
-from ..errors import InvalidInputError
+from ..containers import resolve_target
+from ..errors import IcechunkSparkError, InvalidInputError, NotFoundError
 from ..progress import Progress, track
 from .combine import DEFAULT_MATERIALIZE_MAX_BYTES, Fetch, concat_reference_sets
+from .metadata import UNMASKED_FILL
 from .references import ReferenceSet, parse_json_refs, parse_parquet_refs
 from .writer import ImportSummary, absolute_url, container_options, resolve_all, write_reference_set
 
@@ -90,17 +91,87 @@ def scan_netcdf(
     """
     from kerchunk.hdf import SingleHdf5ToZarr
 
-    scanner = SingleHdf5ToZarr(
-        url,
-        storage_options=dict(storage_options or {}),
-        inline_threshold=inline_threshold,
-        error="raise",
-    )
+    try:
+        scanner = SingleHdf5ToZarr(
+            url,
+            storage_options=dict(storage_options or {}),
+            inline_threshold=inline_threshold,
+            error="raise",
+        )
+    except FileNotFoundError:
+        raise NotFoundError(f"{url!r} does not exist") from None
+    except (OSError, ValueError) as exc:  # h5py: "file signature not found"...
+        raise InvalidInputError(f"{url!r} is not a NetCDF4/HDF5 file: {exc}") from exc
     try:
         refs: dict[str, Any] = scanner.translate()
+        _storage_fill_values(refs, scanner._h5f)
+    except IcechunkSparkError:
+        raise
+    except Exception as exc:  # kerchunk raises anything on what it cannot translate
+        raise InvalidInputError(
+            f"{url!r}: kerchunk cannot scan this NetCDF4/HDF5 file: {exc}"
+        ) from exc
     finally:
         scanner.close()
     return refs
+
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def check_hdf5(url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Refuse a file without the HDF5 signature (NetCDF4 files are HDF5 files).
+
+    The signature is at byte 0, or after a user block of 512, 1024, 2048... bytes.
+
+    Raises:
+        InvalidInputError: not an HDF5 file (a NetCDF3 file, text...), naming it.
+        NotFoundError: the file does not exist.
+    """
+    import fsspec.core
+
+    fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+    try:
+        size = int(fs.size(path))
+        offset = 0
+        while offset + 8 <= size:
+            if bytes(fs.cat_file(path, start=offset, end=offset + 8)) == HDF5_SIGNATURE:
+                return
+            offset = 512 if offset == 0 else offset * 2
+    except FileNotFoundError:
+        raise NotFoundError(f"{url!r} does not exist") from None
+    raise InvalidInputError(
+        f"{url!r} is not a NetCDF4/HDF5 file (no HDF5 signature); only NetCDF4/HDF5 files "
+        "can be imported (convert NetCDF3 files with nccopy -k nc4)"
+    )
+
+
+def _storage_fill_values(refs: dict[str, Any], h5file: Any) -> None:
+    """Give NetCDF variables the fill value HDF5 returns for their unwritten chunks.
+
+    kerchunk leaves ``fill_value`` null for NetCDF variables (so that xarray does not mask
+    them), which zarr v3 would make 0. HDF5 itself answers an unwritten chunk with the
+    dataset's fill value (``_FillValue``, else the NetCDF default fill of the type), and
+    xarray masks only an explicit ``_FillValue``: so the value is kept, flagged
+    ``UNMASKED_FILL`` so that no ``_FillValue`` attribute is added for it.
+    """
+    entries = refs.get("refs", refs)
+    for key, text in list(entries.items()):
+        if not key.endswith(".zarray"):
+            continue
+        zarray = json.loads(text) if isinstance(text, str | bytes) else dict(text)
+        if zarray.get("fill_value") is not None:
+            continue
+        dataset = h5file.get(key[: -len(".zarray")].rstrip("/") or "/")
+        if dataset is None or getattr(dataset, "dtype", None) is None:
+            continue
+        if dataset.dtype.kind not in "biuf":
+            continue
+        from kerchunk.utils import encode_fill_value
+
+        zarray["fill_value"] = encode_fill_value(dataset.fillvalue, dataset.dtype)
+        zarray[UNMASKED_FILL] = True
+        entries[key] = json.dumps(zarray)
 
 
 def import_netcdf(
@@ -141,7 +212,7 @@ def import_netcdf(
     if not files:
         raise InvalidInputError("import_netcdf needs at least one file")
     containers = session.repository.config.virtual_chunk_containers
-    absolute = [resolve_url(absolute_url(u), containers)[0] for u in files]  # refuse first
+    absolute = [resolve_target(absolute_url(u), containers)[0] for u in files]  # refuse first
 
     def scan(url: str) -> ReferenceSet:
         refs = scan_netcdf(url, storage_options=storage_options, inline_threshold=inline_threshold)
@@ -168,6 +239,7 @@ def import_netcdf(
             concat_dim,
             _fetcher(containers, storage_options),
             materialize_max_bytes=materialize_max_bytes,
+            names=absolute,
         )
     return write_reference_set(
         session,
@@ -189,7 +261,7 @@ def _fetcher(
     lock = threading.Lock()
 
     def fetch(url: str, offset: int, length: int | None) -> bytes:
-        absolute = resolve_url(absolute_url(url), containers)[0]
+        absolute = resolve_target(absolute_url(url), containers)[0]
         scheme = absolute.partition("://")[0]
         with lock:
             if scheme not in filesystems:

@@ -7,6 +7,13 @@ files) and ``icechunk-spark import`` (threads scan them).
 
 >>> repo, plan = prepare_ingest("file:///repo", "/data/tas_*.nc")           # doctest: +SKIP
 >>> ingest_files(repo, plan, concat_dim="time") if plan.new else None      # doctest: +SKIP
+
+Which files a branch holds: those its virtual refs point into, plus those listed under
+``UNREFERENCED_SOURCES`` in the metadata of the newest ingest commit of its ancestry. That
+list holds the imported files no virtual ref points into (every chunk small enough to be
+inlined, or copied because it was materialized): without it such files would look new on
+every run and be dropped once they leave the glob. Only those files are listed, so the
+commit metadata stays small however many files a dataset grows to.
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..containers import resolve_target
 from ..errors import InvalidInputError
-from .importers import import_netcdf
+from .importers import check_hdf5, import_netcdf
 
 if TYPE_CHECKING:
     from ..progress import Progress
@@ -40,8 +48,9 @@ class IngestPlan:
 
 
 def as_url(path: str) -> str:
-    """A URL for a local path (``file://``, absolute); URLs stay as they are."""
-    return path if "://" in path else Path(path).absolute().as_uri()
+    """A URL for a local path (``file://``, absolute, not percent-encoded: the form refs
+    keep, see ``containers``); URLs stay as they are."""
+    return path if "://" in path else f"file://{Path(path).absolute()}"
 
 
 def list_files(pattern: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
@@ -96,6 +105,9 @@ def folder_of(files: Sequence[str]) -> str:
     return files[0].rsplit("/", 1)[0] + "/"
 
 
+UNREFERENCED_SOURCES = "unreferenced_source_files"
+
+
 def referenced_files(session: Session) -> set[str]:
     """Every file the session's virtual refs point into."""
     files: set[str] = set()
@@ -106,10 +118,27 @@ def referenced_files(session: Session) -> set[str]:
     return files
 
 
+def recorded_files(repo: Repository, branch: str = "main") -> set[str]:
+    """The imported files without virtual refs, as the newest ingest commit recorded them."""
+    for info in repo.ancestry(branch=branch):
+        listed = (info.metadata or {}).get(UNREFERENCED_SOURCES)
+        if isinstance(listed, list):
+            return {str(f) for f in listed}
+    return set()
+
+
 def plan_ingest(repo: Repository, found: Sequence[str], branch: str = "main") -> IngestPlan:
-    """The files to import on ``branch``: those it references already plus ``found``."""
-    known = referenced_files(repo.readonly_session(branch=branch))
-    files = tuple(sorted(known | set(found)))
+    """The files to import on ``branch``: those it holds already (see module) plus ``found``.
+
+    Raises:
+        VirtualRefRefusedError: a file lies outside the containers (also through a symlink).
+    """
+    known = referenced_files(repo.readonly_session(branch=branch)) | recorded_files(repo, branch)
+    containers = repo.config.virtual_chunk_containers
+    # Checked before anyone (Spark executors too) opens a file (symlinks, '..'), and in the
+    # spelling refs keep, so that a file found again is known.
+    canonical = {resolve_target(url, containers)[0] for url in found}
+    files = tuple(sorted(known | canonical))
     return IngestPlan(branch, files, tuple(f for f in files if f not in known), len(found))
 
 
@@ -124,13 +153,23 @@ def prepare_ingest(
 ) -> tuple[Repository, IngestPlan]:
     """List the files ``pattern`` matches, open the repository for them, and plan the run.
 
-    ``container`` defaults to the folder of the first file.
+    ``container`` defaults to the folder of the first file. A repository that does not
+    exist yet is created only once every file is known to be inside the container and an
+    HDF5 file (NetCDF4), so a refused first import leaves nothing behind.
 
     Raises:
-        InvalidInputError: nothing matches ``pattern``.
+        InvalidInputError: nothing matches ``pattern``, or a file is not NetCDF4/HDF5.
+        VirtualRefRefusedError: a file lies outside the container (also via a symlink).
     """
+    from ..repository import Repository
+
     found = list_files(pattern, file_options)
-    repo = open_for_files(url, container or folder_of(found), file_options, storage_options)
+    container = container or folder_of(found)
+    if not Repository.exists(url, storage_options):
+        # Refuse what cannot be imported before the repository is created, not after.
+        for file in found:
+            check_hdf5(resolve_target(file, [container])[0], file_options)
+    repo = open_for_files(url, container, file_options, storage_options)
     return repo, plan_ingest(repo, found, branch)
 
 
@@ -168,10 +207,13 @@ def ingest_files(
         progress=progress,
     )
     text = message or f"ingest {len(plan.new)} new files ({len(plan.files)} in all)"
-    return session.commit(text, {"files": len(plan.files)}, progress=progress)
+    unreferenced = sorted(set(plan.files) - referenced_files(session))
+    metadata = {"files": len(plan.files), UNREFERENCED_SOURCES: unreferenced}
+    return session.commit(text, metadata, progress=progress)
 
 
 __all__ = [
+    "UNREFERENCED_SOURCES",
     "IngestPlan",
     "as_url",
     "folder_of",
@@ -180,5 +222,6 @@ __all__ = [
     "open_for_files",
     "plan_ingest",
     "prepare_ingest",
+    "recorded_files",
     "referenced_files",
 ]

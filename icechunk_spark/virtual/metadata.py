@@ -3,7 +3,8 @@
 Decisions (the lead copies these to ``docs/``):
 
 - ``dtype`` and ``fill_value`` go through zarr's own data type parsing; a ``null`` v2 fill
-  value becomes the dtype's default (0, 0.0, false, ""): v3 requires one.
+  value becomes the dtype's default (0, 0.0, false, ""): v3 requires one. NetCDF scans
+  (``scan_netcdf``) fill it in with the HDF5 fill value instead, flagged ``UNMASKED_FILL``.
 - Codecs: ``order: "F"`` becomes a ``transpose`` codec; array-to-array v2 filters come before
   the ``bytes`` codec; bytes-to-bytes filters (HDF5's ``shuffle`` and ``zlib`` are v2
   *filters* in kerchunk output) and the compressor come after it, in v2 order. ``gzip``,
@@ -13,6 +14,7 @@ Decisions (the lead copies these to ``docs/``):
   bytes-to-bytes one cannot be expressed in v3 and is refused.
 - The chunk key encoding becomes v3's ``default`` (``c/0/1``): keys are ours to choose since
   refs are stored by chunk coord, not by key.
+- v2's object codecs ``vlen-utf8`` / ``vlen-bytes`` become v3's codecs of those names.
 - ``_ARRAY_DIMENSIONS`` becomes ``dimension_names`` and leaves the attributes.
 - A non-null v2 fill value is also written as the ``_FillValue`` attribute in xarray's v3
   encoding (base64 of a little-endian double for floats), because xarray masks fill values of
@@ -32,6 +34,10 @@ from typing import Any
 from ..errors import InvalidInputError
 
 _NATIVE = {"gzip", "zstd", "blosc"}
+_VLEN = {"vlen-utf8", "vlen-bytes"}
+# A ``.zarray`` flag of ours: its fill value is what the source returns for unwritten chunks
+# but the source's readers do not mask it (NetCDF default fills), so no ``_FillValue``.
+UNMASKED_FILL = "icechunk_spark:unmasked_fill"
 
 
 def loads(value: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
@@ -65,6 +71,7 @@ def array_v2_to_v3(
     v2 = dict(zarray)
     v2.setdefault("zarr_format", 2)
     v2.pop("dimension_separator", None)  # keys are not kept (see module docstring)
+    unmasked = bool(v2.pop(UNMASKED_FILL, False))
     try:
         parsed = ArrayV2Metadata.from_dict({**v2, "attributes": {}})
     except (KeyError, TypeError, ValueError) as exc:
@@ -73,7 +80,7 @@ def array_v2_to_v3(
     fill = parsed.fill_value if parsed.fill_value is not None else dtype.default_scalar()
     attributes = dict(zattrs or {})
     dims = attributes.pop("_ARRAY_DIMENSIONS", None)
-    if parsed.fill_value is not None and "_FillValue" not in attributes:
+    if parsed.fill_value is not None and "_FillValue" not in attributes and not unmasked:
         encoded = _xarray_fill_value(parsed.fill_value, dtype.to_native_dtype())
         if encoded is not None:
             attributes["_FillValue"] = encoded
@@ -103,9 +110,12 @@ def _codecs(v2: Mapping[str, Any], ndim: int, native: Any, name: str) -> list[di
             {"name": "transpose", "configuration": {"order": list(range(ndim - 1, -1, -1))}}
         )
     chain = [*(v2.get("filters") or []), *([v2["compressor"]] if v2.get("compressor") else [])]
+    array_bytes: dict[str, Any] | None = None
     for config in chain:
         codec, kind = _convert(dict(config), native.itemsize, name)
-        if kind == "array_array":
+        if kind == "array_bytes" and array_bytes is None and not bytes_bytes:
+            array_bytes = codec  # v2's object codec (vlen-utf8...) serializes the chunk
+        elif kind == "array_array":
             if bytes_bytes:
                 raise InvalidInputError(
                     f"{name}: filter {config.get('id')!r} transforms arrays after a bytes codec; "
@@ -116,6 +126,8 @@ def _codecs(v2: Mapping[str, Any], ndim: int, native: Any, name: str) -> list[di
             bytes_bytes.append(codec)
         else:
             raise InvalidInputError(f"{name}: v2 codec {config.get('id')!r} is not supported")
+    if array_bytes is not None:
+        return [*array_array, array_bytes, *bytes_bytes]
     endian = {"<": "little", ">": "big"}.get(native.byteorder, "little")
     bytes_codec: dict[str, Any] = {"name": "bytes"}
     if native.itemsize > 1:
@@ -125,6 +137,8 @@ def _codecs(v2: Mapping[str, Any], ndim: int, native: Any, name: str) -> list[di
 
 def _convert(config: dict[str, Any], itemsize: int, name: str) -> tuple[dict[str, Any], str]:
     codec_id = str(config.pop("id", ""))
+    if codec_id in _VLEN:  # zarr v3's own codecs for v2's variable-length object codecs
+        return {"name": codec_id}, "array_bytes"
     if codec_id == "gzip":
         return {"name": "gzip", "configuration": {"level": int(config.get("level", 1))}}, (
             "bytes_bytes"

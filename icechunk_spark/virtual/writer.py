@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..containers import file_checksum, resolve_url
+from ..containers import file_checksum, resolve_target
 from ..errors import InvalidInputError, NotFoundError
 from ..format.coords import encode_coords
 from ..session import normalize_path
@@ -113,7 +113,7 @@ def resolve_all(
             continue
         for url in pc.unique(urls.drop_null()).to_pylist():
             if url not in out:
-                out[url] = resolve_url(absolute_url(url, remote_protocol), containers)[0]
+                out[url] = resolve_target(absolute_url(url, remote_protocol), containers)[0]
     return out
 
 
@@ -260,7 +260,7 @@ def _virtual_table(
         sizes = pa.array([infos[resolved[u]].size for u in originals], pa.int64()).take(index)
         lengths = pc.coalesce(lengths, sizes)
     table: dict[str, Any] = {
-        "coord": array.coords[mask],
+        "coord": encode_coords(array.coords[mask]),  # (n, 0) for scalars: no reshape
         "virtual_path": urls,
         "offset": pc.cast(pc.fill_null(refs.column("offset"), 0), pa.uint64()),
         "length": pc.cast(lengths, pa.uint64()),

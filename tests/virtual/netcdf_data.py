@@ -78,3 +78,34 @@ def write_monthly_files(directory: Path, year: int = 2022) -> MonthlyFiles:
             pr[:] = rng.random((days, LAT.size, LON.size)) * 1e-4
         paths.append(path)
     return MonthlyFiles(directory, tuple(paths))
+
+
+def write_awkward_files(directory: Path, count: int = 3) -> list[Path]:
+    """Small NetCDF4 files that combined naively read wrong (issue 18), in a folder whose
+    name has a space and an accent: per-file time units with CF bounds, packing that differs
+    per file, a variable only in later files, unwritten chunks, tiny (inlined) chunks."""
+    folder = directory / "jour données"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k in range(count):
+        path = folder / f"day {k}.nc"
+        with netCDF4.Dataset(path, "w") as ds:
+            ds.createDimension("time", None)
+            ds.createDimension("nv", 2)
+            ds.createDimension("x", 4)
+            time = ds.createVariable("time", "f8", ("time",))
+            time.units = f"days since 2000-01-{2 * k + 1:02d}"
+            time.calendar = "standard"
+            time.bounds = "time_bnds"
+            time[:] = [0, 1]
+            ds.createVariable("time_bnds", "f8", ("time", "nv"))[:] = [[0, 1], [1, 2]]
+            packed = ds.createVariable("packed", "i2", ("time", "x"), fill_value=-1)
+            packed.set_auto_maskandscale(False)
+            packed.scale_factor = np.float32(10.0**k)
+            packed[:] = np.arange(8, dtype="i2").reshape(2, 4)
+            sparse = ds.createVariable("sparse", "f4", ("time", "x"), chunksizes=(1, 2))
+            sparse[0, 0:2] = [k, k]  # the other chunks are never written
+            if k > 0:
+                ds.createVariable("late", "f4", ("time",), fill_value=-9.0)[:] = [k, k]
+        paths.append(path)
+    return paths

@@ -235,7 +235,10 @@ def test_aligned_files_of_unequal_length_stay_virtual(
     np.testing.assert_array_equal(ds["v"].values, np.arange(36, dtype="f4").reshape(9, 4))
 
 
-def test_files_that_disagree_are_refused(data_dir: Path, make_repo: RepoFactory) -> None:
+def test_files_of_another_dtype_are_decoded_or_refused(
+    data_dir: Path, make_repo: RepoFactory
+) -> None:
+    """A dtype that differs is copied decoded (as xarray promotes it) within the limit."""
     urls = write_files(data_dir, [2, 2], chunk=2)
     odd = data_dir / "odd.nc"
     with netCDF4.Dataset(odd, "w") as ds:
@@ -244,8 +247,13 @@ def test_files_that_disagree_are_refused(data_dir: Path, make_repo: RepoFactory)
         ds.createVariable("time", "i4", ("time",))[:] = [4, 5]
         ds.createVariable("v", "f8", ("time", "x"), chunksizes=(2, 4))[:] = np.zeros((2, 4))
     session = make_repo([data_dir.as_uri() + "/"]).writable_session()
-    with pytest.raises(InvalidInputError, match="data_type"):
-        import_netcdf(session, [*urls, odd.as_uri()], concat_dim="time")
+    with pytest.raises(InvalidInputError, match=r"dtype differs between .*part0\.nc.*odd\.nc"):
+        import_netcdf(session, [*urls, odd.as_uri()], concat_dim="time", materialize_max_bytes=0)
+    import_netcdf(session, [*urls, odd.as_uri()], concat_dim="time")
+    session.commit("promoted")
+    ds = open_repo_dataset(session.repository)
+    assert ds["v"].dtype == np.float64
+    np.testing.assert_array_equal(ds["v"].values[4:], np.zeros((2, 4)))
 
 
 def test_netcdf_on_s3(monthly: MonthlyFiles, s3_endpoint: str, tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,9 @@ def expected_stats(values: np.ndarray, fill: float) -> dict[tuple[int, int], tup
     for i in range(-(-SHAPE[0] // CHUNKS[0])):
         for j in range(-(-SHAPE[1] // CHUNKS[1])):
             part = values[i * 4 : (i + 1) * 4, j * 5 : (j + 1) * 5]
+            if part.shape != CHUNKS:  # an edge chunk: a resize could make its stats stale
+                out[(i, j)] = (None,) * 4
+                continue
             valid = part[~np.isnan(part) & (part != fill)]
             out[(i, j)] = (
                 float(valid.min()) if valid.size else None,
@@ -215,7 +219,10 @@ def test_stats_in_split_manifests(tmp_path: Path) -> None:
     session.commit("split")
     assert len(repo.readonly_session().get_node("/t").manifests) == 3
     stats = stats_by_coord(repo.readonly_session(), "/t")
-    assert stats == {(i, 0): (float(i), float(i), 0, 0) for i in range(3)}
+    assert stats == {
+        **{(i, 0): (float(i), float(i), 0, 0) for i in range(2)},
+        (2, 0): (None,) * 4,  # an edge chunk (see test_stats_are_not_stale_after_a_resize)
+    }
 
 
 def test_chunks_where_skips_chunks(tmp_path: Path, data_dir: Path) -> None:
@@ -263,5 +270,39 @@ def test_stats_from_concurrent_writers_in_one_session(tmp_path: Path) -> None:
     session.commit("threads")
     stats = stats_by_coord(repo.readonly_session(), "/t")
     assert {c: s[0] for c, s in stats.items()} == {
-        (i, j): float(i * 10 + j) for i in range(3) for j in range(3)
+        (i, j): float(i * 10 + j) if i < 2 and j < 2 else None  # edge chunks: none
+        for i in range(3)
+        for j in range(3)
     }
+
+
+def _resize(session: Session, path: str, shape: tuple[int, ...]) -> None:
+    """What zarr's ``Array.resize`` does to the node: a new ``shape`` in its zarr.json."""
+    doc = json.loads(session.get_node(path).zarr_json)
+    doc["shape"] = list(shape)
+    session.set_node_metadata(path, json.dumps(doc).encode())
+
+
+@pytest.mark.parametrize("committed", [True, False])
+def test_stats_are_not_stale_after_a_resize(tmp_path: Path, committed: bool) -> None:
+    """Shrinking hides values the stats counted; growing shows values they did not."""
+    repo = new_repo(tmp_path, ["/t"])
+    session = repo.writable_session()
+    session.create_group("/")
+    session.create_array("/t", (8,), (4,), "float32", fill_value=-1.0, codecs=ZSTD)
+    session.set_chunk_values("/t", (0,), np.array([1, 2, 3, 4], "f4"))
+    session.set_chunk_values("/t", (1,), np.array([10, 10, 99, 99], "f4"))
+    if committed:
+        session.commit("written")
+        session = repo.writable_session()
+    _resize(session, "/t", (6,))  # chunk 1 now holds [10, 10]: its max is 10
+    assert chunks_where(session, "/t", "max", "<", 50).tolist() == [[0], [1]]
+    _resize(session, "/t", (8,))  # and back: [10, 10, 99, 99] again
+    assert chunks_where(session, "/t", "max", ">", 50).tolist() == [[1]]
+
+    session = repo.writable_session() if committed else session
+    session.set_chunk_values("/t", (1,), np.array([10, 10, 99, 99], "f4"))
+    _resize(session, "/t", (6,))
+    session.set_chunk_values("/t", (1,), np.array([10, 10, 99, 99], "f4"))  # written partial
+    _resize(session, "/t", (8,))
+    assert chunks_where(session, "/t", "max", ">", 50).tolist() == [[1]]
