@@ -249,3 +249,37 @@ def test_error_codes_moto_cannot_produce_are_classified_too(
     exc.__cause__ = ClientError(response, "GetObject")
     found = classify(exc, Where("s3://b/p", None, "reading 'icechunk.json'"))
     assert isinstance(found, error) and "s3://b/p" in str(found) and says in str(found)
+
+
+def test_the_cli_reports_a_timeout_in_one_line_with_a_read_timeout_option(
+    silent_endpoint: str,
+) -> None:
+    url = f"s3://{S3_BUCKET}/repo"
+    options = {"key": "testing", "secret": SECRET, "endpoint_url": silent_endpoint}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "icechunk_spark.cli",
+            "log",
+            url,
+            *[f"--storage-option={k}={v}" for k, v in options.items()],
+            '--storage-option=config_kwargs={"read_timeout": 1}',
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"icechunk-spark: error: {silent_endpoint} did not answer")
+    assert url in proc.stderr and SECRET not in proc.stderr
+
+
+def test_storage_options_written_as_json_objects_become_dicts() -> None:
+    from icechunk_spark.errors import InvalidInputError
+    from icechunk_spark.storage import parse_storage_options
+
+    parsed = parse_storage_options(['config_kwargs={"read_timeout": 5}', "key=123", "anon=true"])
+    assert parsed == {"config_kwargs": {"read_timeout": 5}, "key": "123", "anon": "true"}
+    with pytest.raises(InvalidInputError, match="not one") as info:
+        parse_storage_options([f'client_kwargs={{"aws_secret_access_key": "{SECRET}"'])
+    assert SECRET not in str(info.value)
