@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
 
-from ..errors import InvalidInputError, NotFoundError, StorageError
+from ..errors import InvalidInputError, NotFoundError, StorageCredentialsError, StorageError
 from .base import ObjectInfo, Storage, with_retries
 from .s3_errors import Where, classify
 
@@ -23,6 +23,27 @@ CLIENT_CONFIG: dict[str, Any] = {
     "retries": {"mode": "standard", "total_max_attempts": 3},
 }
 S3FS_RETRIES = 2
+
+
+def _client_config(given: Any) -> dict[str, Any]:
+    """Our botocore defaults under the caller's ``config_kwargs`` (theirs win)."""
+    if given is None:
+        return dict(CLIENT_CONFIG)
+    if not isinstance(given, dict):
+        raise InvalidInputError(
+            f"storage option config_kwargs must be a mapping of botocore Config settings, "
+            f"not {type(given).__name__}"
+        )
+    return CLIENT_CONFIG | given
+
+
+def _check_endpoint(endpoint: str | None) -> None:
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        shown = "" if "@" in endpoint else f" {endpoint!r}"  # user:password@ stays unsaid
+        raise InvalidInputError(
+            f"storage option endpoint_url{shown} must start with http:// or https:// "
+            "(e.g. http://127.0.0.1:9000)"
+        )
 
 
 class S3Storage(Storage):
@@ -137,7 +158,7 @@ class S3Storage(Storage):
             if isinstance(exc, FileNotFoundError) and missing is not None:
                 raise NotFoundError(missing) from None
             if isinstance(exc, PermissionError):
-                raise StorageError(
+                raise StorageCredentialsError(
                     f"access denied while {describe} in {self.url}: check the credentials"
                 ) from exc
             if isinstance(exc, OSError):
@@ -165,24 +186,3 @@ def _is_precondition_failure(exc: BaseException) -> bool:
                 return True
         seen = seen.__cause__ or seen.__context__
     return False
-
-
-def _client_config(given: Any) -> dict[str, Any]:
-    """Our botocore defaults under the caller's ``config_kwargs`` (theirs win)."""
-    if given is None:
-        return dict(CLIENT_CONFIG)
-    if not isinstance(given, dict):
-        raise InvalidInputError(
-            f"storage option config_kwargs must be a mapping of botocore Config settings, "
-            f"not {type(given).__name__}"
-        )
-    return CLIENT_CONFIG | given
-
-
-def _check_endpoint(endpoint: str | None) -> None:
-    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
-        shown = "" if "@" in endpoint else f" {endpoint!r}"  # user:password@ stays unsaid
-        raise InvalidInputError(
-            f"storage option endpoint_url{shown} must start with http:// or https:// "
-            "(e.g. http://127.0.0.1:9000)"
-        )
