@@ -283,3 +283,35 @@ def test_storage_options_written_as_json_objects_become_dicts() -> None:
     with pytest.raises(InvalidInputError, match="not one") as info:
         parse_storage_options([f'client_kwargs={{"aws_secret_access_key": "{SECRET}"'])
     assert SECRET not in str(info.value)
+
+
+@pytest.fixture
+def through_a_file(tmp_path: Path) -> str:
+    """A local repository URL whose parent is a file, not a folder."""
+    (tmp_path / "file").write_text("in the way")
+    return (tmp_path / "file" / "repo").as_uri()
+
+
+@pytest.mark.parametrize("operation", ["open", "create"])
+def test_a_local_path_through_a_file_is_one_of_our_errors(
+    through_a_file: str, operation: str
+) -> None:
+    with pytest.raises(StorageNotFoundError) as info:
+        if operation == "open":
+            Repository.open(through_a_file)
+        else:
+            Repository.create(through_a_file)
+    message = str(info.value)
+    assert (
+        through_a_file in message and "is not a folder" in message and "check the path" in message
+    )
+
+
+def test_the_cli_reports_a_local_path_through_a_file_in_one_line(through_a_file: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "icechunk_spark.cli", "init", through_a_file],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("icechunk-spark: error: ") and through_a_file in proc.stderr
