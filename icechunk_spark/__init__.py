@@ -17,7 +17,10 @@ from .errors import (
     NotFoundError,
     ReadOnlyError,
     StaleSessionError,
+    StorageCredentialsError,
     StorageError,
+    StorageNotFoundError,
+    StorageUnreachableError,
 )
 from .format.state import SnapshotInfo
 from .repository import Repository
@@ -40,5 +43,8 @@ __all__ = [
     "Session",
     "SnapshotInfo",
     "StaleSessionError",
+    "StorageCredentialsError",
     "StorageError",
+    "StorageNotFoundError",
+    "StorageUnreachableError",
 ]

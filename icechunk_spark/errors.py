@@ -15,6 +15,9 @@
     ├── ReadOnlyError            a write on a read-only session or store
     │   └── ReadOnlyStoreError   the same through the zarr store (also zarr's ValueError)
     ├── StorageError(OSError)    the storage backend failed (after retries)
+    │   ├── StorageCredentialsError  no credentials, wrong ones, or access denied
+    │   ├── StorageNotFoundError     the bucket (or container) itself does not exist
+    │   └── StorageUnreachableError  no connection, a timeout, or an endpoint that is not S3
     └── FormatError              a repository file is truncated, corrupt or of an unknown version
 
 Every message says what went wrong and, where there is one, what to do next.
@@ -55,6 +58,18 @@ class ReadOnlyError(IcechunkSparkError):
 
 class StorageError(IcechunkSparkError, OSError):
     """The storage backend failed, after bounded retries for transient errors."""
+
+
+class StorageCredentialsError(StorageError):
+    """The storage refused us: no credentials found, unknown or wrong ones, or access denied."""
+
+
+class StorageNotFoundError(StorageError):
+    """The bucket or container itself does not exist (a missing object is ``NotFoundError``)."""
+
+
+class StorageUnreachableError(StorageError):
+    """No answer we can use: no connection, a timeout, or an endpoint that does not speak S3."""
 
 
 class CommitStateUnknownError(IcechunkSparkError):
@@ -141,5 +156,8 @@ __all__ = [
     "NotFoundError",
     "ReadOnlyError",
     "StaleSessionError",
+    "StorageCredentialsError",
     "StorageError",
+    "StorageNotFoundError",
+    "StorageUnreachableError",
 ]

@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    """moto's S3 server in a subprocess on 127.0.0.1, one request at a time."""
+def _start_moto() -> tuple[subprocess.Popen[bytes], str]:
+    """moto's S3 server in a subprocess on a free port of 127.0.0.1: (process, endpoint)."""
     port = _free_port()
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
     proc = subprocess.Popen(
@@ -42,6 +42,20 @@ def s3_endpoint() -> Iterator[str]:
     assert ready.strip() == b"ready", "moto server did not start"
     endpoint = f"http://127.0.0.1:{port}"
     _wait_for(endpoint)
+    return proc, endpoint
+
+
+def _stop_moto(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    proc.wait(timeout=10)
+    assert proc.stdout is not None
+    proc.stdout.close()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """moto's S3 server in a subprocess on 127.0.0.1, one request at a time."""
+    proc, endpoint = _start_moto()
     import s3fs
 
     fs = s3fs.S3FileSystem(
@@ -49,9 +63,70 @@ def s3_endpoint() -> Iterator[str]:
     )
     fs.mkdir(S3_BUCKET)
     yield endpoint
-    proc.terminate()
-    proc.wait(timeout=10)
-    proc.stdout.close()
+    _stop_moto(proc)
+
+
+@dataclass(frozen=True)
+class AuthS3:
+    """A moto server that checks credentials: one IAM user allowed on ``bucket`` only."""
+
+    endpoint: str
+    key: str
+    secret: str
+    bucket: str
+    forbidden_bucket: str  # exists, but the user's policy does not cover it
+
+    def options(self, **changes: str) -> dict[str, Any]:
+        return {"key": self.key, "secret": self.secret, "endpoint_url": self.endpoint} | changes
+
+
+@pytest.fixture(scope="session")
+def s3_auth() -> Iterator[AuthS3]:
+    """A second moto server (its own process) that enforces IAM, unlike ``s3_endpoint``.
+
+    moto accepts any credentials until told otherwise: the user, key, policy and buckets are
+    made first, then ``/moto-api/reset-auth`` with 0 makes every later request authenticate.
+    """
+    import json
+    import urllib.request
+
+    import boto3
+
+    proc, endpoint = _start_moto()
+    admin = {
+        "endpoint_url": endpoint,
+        "aws_access_key_id": "testing",
+        "aws_secret_access_key": "testing",
+        "region_name": "us-east-1",
+    }
+    s3, iam = boto3.client("s3", **admin), boto3.client("iam", **admin)
+    for bucket in ("auth-allowed", "auth-forbidden"):
+        s3.create_bucket(Bucket=bucket)
+    iam.create_user(UserName="writer")
+    created = iam.create_access_key(UserName="writer")["AccessKey"]
+    allowed = ["arn:aws:s3:::auth-allowed", "arn:aws:s3:::auth-allowed/*"]
+    policy = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": allowed}],
+    }
+    iam.put_user_policy(
+        UserName="writer", PolicyName="own-bucket", PolicyDocument=json.dumps(policy)
+    )
+    request = urllib.request.Request(
+        f"{endpoint}/moto-api/reset-auth",
+        data=b"0",
+        method="POST",
+        headers={"Content-Type": "text/plain"},  # moto reads the raw body as the count
+    )
+    urllib.request.urlopen(request, timeout=10).close()
+    yield AuthS3(
+        endpoint,
+        created["AccessKeyId"],
+        created["SecretAccessKey"],
+        "auth-allowed",
+        "auth-forbidden",
+    )
+    _stop_moto(proc)
 
 
 def _wait_for(endpoint: str) -> None:
@@ -101,3 +176,49 @@ def process_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
         return Backend(name, (tmp_path / "repo").as_uri(), {})
     endpoint = request.getfixturevalue("s3_endpoint")
     return Backend(name, f"s3://{S3_BUCKET}/{uuid.uuid4().hex}", s3_options(endpoint))
+
+
+@pytest.fixture
+def closed_endpoint() -> Iterator[str]:
+    """An endpoint on 127.0.0.1 where nothing listens, so connections are refused.
+
+    The port stays bound (not listening) during the test, so no other process can take it.
+    """
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture
+def silent_endpoint() -> Iterator[str]:
+    """An endpoint on 127.0.0.1 that accepts connections and never answers.
+
+    The kernel completes the handshake for a listening socket, nobody ever reads.
+    """
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture
+def html_endpoint(tmp_path: Path) -> Iterator[str]:
+    """A plain web server on 127.0.0.1 (Python's http.server): HTTP, HTML, but not S3."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    site = tmp_path / "site"
+    site.mkdir()
+    handler = functools.partial(Quiet, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()

@@ -190,3 +190,29 @@ def test_virtual_ingest_into_a_repository_on_s3(tmp_path, s3_endpoint):
     )
     ds = xr.open_zarr(repo.readonly_session().store, consolidated=False)
     assert ds.tas.shape == (3, 73, 144) and float(ds.tas.min()) > 200
+
+
+def test_a_job_against_an_unreachable_endpoint_ends_with_one_clear_line(closed_endpoint):
+    secret = "s3cr3t-Never-Printed-0123456789"
+    url = f"s3://{S3_BUCKET}/nowhere"
+    options = ["--storage-option", f"endpoint_url={closed_endpoint}", "--storage-option"]
+    proc = submit(
+        "maintain.py",
+        "--repo",
+        url,
+        *options,
+        "key=testing",
+        "--storage-option",
+        f"secret={secret}",
+        ok=False,
+    )
+    assert proc.returncode == 1
+    # spark-submit may merge the driver's stderr into its stdout: look at both.
+    output = proc.stdout + proc.stderr
+    errors = [ln for ln in output.splitlines() if ln.startswith("maintain: error: ")]
+    assert len(errors) == 1, output[-3000:]
+    assert errors[0] == (
+        f"maintain: error: cannot connect to {closed_endpoint} for {url}: check the "
+        "endpoint_url storage option (scheme, host and port) and that the server is running"
+    )
+    assert "Traceback" not in output and secret not in output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlparse
@@ -38,15 +39,32 @@ def open_storage(url: str | Storage, **options: Any) -> Storage:
     )
 
 
-def parse_storage_options(pairs: Iterable[str]) -> dict[str, str]:
-    """``["key=value", ...]`` from a command line into storage options."""
-    options = {}
+def parse_storage_options(pairs: Iterable[str]) -> dict[str, Any]:
+    """``["key=value", ...]`` from a command line into storage options.
+
+    A value written as a JSON object (``config_kwargs={"read_timeout": 60}``) becomes a dict,
+    since some options (``config_kwargs``, ``client_kwargs``) take one; others stay strings.
+    """
+    options: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
             raise InvalidInputError(f"storage option {pair!r} must look like key=value")
-        options[key] = value
+        options[key] = _json_object(key, value) if value.lstrip().startswith("{") else value
     return options
+
+
+def _json_object(key: str, value: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:  # its message quotes no part of the value
+        raise InvalidInputError(
+            f"storage option {key} looks like a JSON object but is not one ({exc.msg}); "
+            'write it as {"name": value, ...}'
+        ) from None
+    if not isinstance(parsed, dict):
+        raise InvalidInputError(f"storage option {key} must be a JSON object")
+    return parsed
 
 
 __all__ = [

@@ -76,6 +76,9 @@ class Storage(ABC):
 
 
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+# A refused connection means nothing listens there: a retry milliseconds later finds the same,
+# and the clients below us have already retried it; a typo in an endpoint must fail fast.
+NEVER_TRANSIENT: tuple[type[BaseException], ...] = (ConnectionRefusedError,)
 
 
 def with_retries(
@@ -90,6 +93,8 @@ def with_retries(
         try:
             return operation()
         except transient as exc:
+            if isinstance(exc, NEVER_TRANSIENT):
+                raise
             if attempt == attempts - 1:
                 raise StorageError(f"{describe} failed after {attempts} attempts: {exc}") from exc
             time.sleep(base_delay * (2**attempt) * (0.5 + random.random()))

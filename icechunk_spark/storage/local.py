@@ -13,7 +13,12 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ..errors import NotFoundError, StorageError
+from ..errors import (
+    NotFoundError,
+    StorageCredentialsError,
+    StorageError,
+    StorageNotFoundError,
+)
 from .base import ObjectInfo, Storage
 
 _TEMP_PREFIX = ".tmp-"  # a write in progress (or one a crash interrupted)
@@ -34,7 +39,7 @@ class LocalStorage(Storage):
         except FileNotFoundError:
             raise NotFoundError(f"object {key!r} not found in {self.url}") from None
         except OSError as exc:
-            raise StorageError(f"reading {key!r} from {self.url} failed: {exc}") from exc
+            raise self._failure(exc, f"reading {key!r}") from exc
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         try:
@@ -43,6 +48,8 @@ class LocalStorage(Storage):
                 return f.read(max(0, end - start))
         except FileNotFoundError:
             raise NotFoundError(f"object {key!r} not found in {self.url}") from None
+        except OSError as exc:
+            raise self._failure(exc, f"reading {key!r}") from exc
 
     def _write_temp(self, key: str, data: bytes) -> str:
         folder = self._path(key).parent
@@ -60,16 +67,24 @@ class LocalStorage(Storage):
         return tmp
 
     def put(self, key: str, data: bytes) -> None:
-        tmp = self._write_temp(key, data)
-        os.replace(tmp, self._path(key))
+        try:
+            tmp = self._write_temp(key, data)
+            os.replace(tmp, self._path(key))
+        except OSError as exc:
+            raise self._failure(exc, f"writing {key!r}") from exc
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        tmp = self._write_temp(key, data)
+        try:
+            tmp = self._write_temp(key, data)
+        except OSError as exc:
+            raise self._failure(exc, f"creating {key!r}") from exc
         try:
             os.link(tmp, self._path(key))
             return True
         except FileExistsError:
             return False
+        except OSError as exc:
+            raise self._failure(exc, f"creating {key!r}") from exc
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -107,8 +122,30 @@ class LocalStorage(Storage):
 
     def delete(self, keys: Iterable[str]) -> None:
         for key in keys:
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 os.unlink(self._path(key))
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise self._failure(exc, f"deleting {key!r}") from exc
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
+
+    def _failure(self, exc: OSError, describe: str) -> StorageError:
+        """One sentence naming the repository and what to check (no raw errno text)."""
+        if isinstance(exc, PermissionError):
+            return StorageCredentialsError(
+                f"permission denied while {describe} in {self.url}: check that this user may "
+                "read and write that folder"
+            )
+        if isinstance(exc, NotADirectoryError | FileExistsError):  # a file where a folder goes
+            return StorageNotFoundError(
+                f"{self.url} is not a folder (a file is in the way) while {describe}: check the "
+                "path"
+            )
+        reason = exc.strerror or type(exc).__name__
+        return StorageError(
+            f"{describe} in {self.url} failed ({reason}): check the path, the free disk space "
+            "and the file system"
+        )

@@ -10,10 +10,40 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
 
-from ..errors import NotFoundError, StorageError
+from ..errors import InvalidInputError, NotFoundError, StorageCredentialsError, StorageError
 from .base import ObjectInfo, Storage, with_retries
+from .s3_errors import Where, classify
 
 T = TypeVar("T")
+
+# botocore's side of failing fast: a refused or timed-out connection is retried twice (with
+# at most 1 s, then 2 s of backoff) and a connection attempt waits 3 s, not minutes in all.
+CLIENT_CONFIG: dict[str, Any] = {
+    "connect_timeout": 3,
+    "retries": {"mode": "standard", "total_max_attempts": 3},
+}
+S3FS_RETRIES = 2
+
+
+def _client_config(given: Any) -> dict[str, Any]:
+    """Our botocore defaults under the caller's ``config_kwargs`` (theirs win)."""
+    if given is None:
+        return dict(CLIENT_CONFIG)
+    if not isinstance(given, dict):
+        raise InvalidInputError(
+            f"storage option config_kwargs must be a mapping of botocore Config settings, "
+            f"not {type(given).__name__}"
+        )
+    return CLIENT_CONFIG | given
+
+
+def _check_endpoint(endpoint: str | None) -> None:
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        shown = "" if "@" in endpoint else f" {endpoint!r}"  # user:password@ stays unsaid
+        raise InvalidInputError(
+            f"storage option endpoint_url{shown} must start with http:// or https:// "
+            "(e.g. http://127.0.0.1:9000)"
+        )
 
 
 class S3Storage(Storage):
@@ -30,13 +60,20 @@ class S3Storage(Storage):
             client_kwargs["endpoint_url"] = options.pop("endpoint_url")
         if "region" in options:
             client_kwargs["region_name"] = options.pop("region")
+        self.endpoint: str | None = client_kwargs.get("endpoint_url") or None
+        _check_endpoint(self.endpoint)
+        config_kwargs = _client_config(options.pop("config_kwargs", None))
         # No instance or listing caches: a repository must always see the newest objects.
         self.fs = s3fs.S3FileSystem(
             client_kwargs=client_kwargs,
+            config_kwargs=config_kwargs,
             skip_instance_cache=True,
             use_listings_cache=False,
             **options,
         )
+        # s3fs retries botocore's (already retried) read timeouts and throttling again, five
+        # times over: bounded here, so a wrong endpoint is reported in seconds.
+        self.fs.retries = S3FS_RETRIES
 
     def __getstate__(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "options": self.options}
@@ -57,12 +94,10 @@ class S3Storage(Storage):
 
     def _read(self, key: str, start: int | None, end: int | None) -> bytes:
         def read() -> bytes:
-            try:
-                return bytes(self.fs.cat_file(self._path(key), start=start, end=end))
-            except FileNotFoundError:
-                raise NotFoundError(f"object {key!r} not found in {self.url}") from None
+            return bytes(self.fs.cat_file(self._path(key), start=start, end=end))
 
-        return self._call(read, f"reading {key!r}")
+        missing = f"object {key!r} not found in {self.url}"
+        return self._call(read, f"reading {key!r}", missing=missing)
 
     def put(self, key: str, data: bytes) -> None:
         self._call(lambda: self.fs.pipe_file(self._path(key), data), f"writing {key!r}")
@@ -84,7 +119,9 @@ class S3Storage(Storage):
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         base = self._path(prefix)
         try:
-            found = self._call(lambda: self.fs.find(base, detail=True), f"listing {prefix!r}")
+            found = self._call(
+                lambda: self.fs.find(base, detail=True), f"listing {prefix!r}", missing=""
+            )
         except NotFoundError:
             return
         skip = len(self.prefix) + 1
@@ -104,17 +141,29 @@ class S3Storage(Storage):
     def exists(self, key: str) -> bool:
         return bool(self._call(lambda: self.fs.exists(self._path(key)), f"checking {key!r}"))
 
-    def _call(self, operation: Callable[[], T], describe: str) -> T:
+    def _call(self, operation: Callable[[], T], describe: str, missing: str | None = None) -> T:
+        """Run ``operation`` with retries; failures become our errors.
+
+        A storage mistake (credentials, bucket, endpoint) becomes its one-sentence error; with
+        ``missing``, an absent object becomes ``NotFoundError(missing)``.
+        """
         try:
             return with_retries(operation, f"{describe} in {self.url}")
         except (NotFoundError, StorageError):
             raise
-        except PermissionError as exc:
-            raise StorageError(
-                f"{describe} in {self.url}: access denied ({exc}); check credentials"
-            ) from exc
-        except OSError as exc:
-            raise StorageError(f"{describe} in {self.url} failed: {exc}") from exc
+        except Exception as exc:
+            known = classify(exc, Where(self.url, self.endpoint, describe))
+            if known is not None:
+                raise known from exc
+            if isinstance(exc, FileNotFoundError) and missing is not None:
+                raise NotFoundError(missing) from None
+            if isinstance(exc, PermissionError):
+                raise StorageCredentialsError(
+                    f"access denied while {describe} in {self.url}: check the credentials"
+                ) from exc
+            if isinstance(exc, OSError):
+                raise StorageError(f"{describe} in {self.url} failed: {exc}") from exc
+            raise
 
 
 # S3 answers a failed ``If-None-Match: *`` with 412 PreconditionFailed, or with 409

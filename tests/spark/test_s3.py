@@ -49,3 +49,24 @@ def test_round_trip_on_s3(spark: Any, s3_endpoint: str) -> None:
     chunks = reader.option("rows_per_partition", "1").load(url)
     expected = spark.createDataFrame(expected_chunk_rows(repo), spark_schema("chunks"))
     assert_df_equality(chunks, expected, ignore_row_order=True)
+
+
+def test_a_wrong_endpoint_fails_the_read_with_our_sentence(
+    spark: Any, closed_endpoint: str
+) -> None:
+    secret = "s3cr3t-Never-Printed-0123456789"
+    url = f"s3://{S3_BUCKET}/nowhere"
+    reader = (
+        spark.read.format("icechunk")
+        .option("storage.endpoint_url", closed_endpoint)
+        .option("storage.key", "testing")
+        .option("storage.secret", secret)
+    )
+    with pytest.raises(Exception) as info:
+        reader.load(url).collect()
+    text = str(info.value)
+    assert (
+        f"cannot connect to {closed_endpoint} for {url}: check the endpoint_url storage option"
+        in text
+    )
+    assert "StorageUnreachableError" in text and secret not in text
