@@ -20,6 +20,7 @@ from typing import Any
 from tqdm import tqdm
 
 from .errors import IcechunkSparkError, InvalidInputError, NotFoundError
+from .exit import exit_process
 from .progress import SILENT, Progress
 from .repository import Repository
 from .session import Session, normalize_path
@@ -512,5 +513,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run() -> None:
+    """The ``icechunk-spark`` console script: ``main``, then a clean exit (see ``exit``)."""
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

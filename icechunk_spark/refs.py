@@ -25,7 +25,14 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from .errors import CommitStateUnknownError, IcechunkSparkError, NotFoundError, StorageError
+from .errors import (
+    CommitStateUnknownError,
+    IcechunkSparkError,
+    NotFoundError,
+    StorageCredentialsError,
+    StorageError,
+    StorageNotFoundError,
+)
 from .format.ids import new_object_id
 from .format.state import State, decode_state, encode_state
 from .storage import Storage
@@ -109,6 +116,8 @@ def _create_exactly(storage: Storage, key: str, data: bytes) -> bool:
         try:
             if storage.put_if_absent(key, data):
                 return True
+        except (StorageCredentialsError, StorageNotFoundError):
+            raise  # refused before anything was written: nothing to settle
         except StorageError as exc:
             reason = str(exc)  # maybe applied, maybe not: the read-back decides
         try:

@@ -9,11 +9,11 @@ either before or after the append, never a mix, whatever chunk they read.
 from __future__ import annotations
 
 import argparse
-import sys
 
 import ingest_datacube as cube  # jobs/ is on sys.path: it is this script's folder
 
 from icechunk_spark.errors import InvalidInputError
+from icechunk_spark.exit import exit_process
 from icechunk_spark.repository import Repository
 from icechunk_spark.spark import write_chunks
 from icechunk_spark.spark.jobs import base_parser, run, spark_session, storage_options
@@ -62,4 +62,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

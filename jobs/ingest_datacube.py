@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from icechunk_spark.errors import InvalidInputError
+from icechunk_spark.exit import exit_process
 from icechunk_spark.spark import write_chunks
 from icechunk_spark.spark.jobs import (
     base_parser,
@@ -197,4 +198,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -9,11 +9,11 @@ every job so one scheduler can run them all.
 
 from __future__ import annotations
 
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from icechunk_spark.errors import InvalidInputError
+from icechunk_spark.exit import exit_process
 from icechunk_spark.history import expire_state
 from icechunk_spark.repository import Repository
 from icechunk_spark.spark.jobs import base_parser, run, storage_options
@@ -92,4 +92,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

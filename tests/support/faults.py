@@ -55,12 +55,17 @@ class FaultyStorage(Storage):
         self._add(Rule(method, prefix, action, times))
 
     def fail(
-        self, method: str, prefix: str, times: int = 1, when: Callable[[], bool] | None = None
+        self,
+        method: str,
+        prefix: str,
+        times: int = 1,
+        when: Callable[[], bool] | None = None,
+        error: StorageError | None = None,
     ) -> Rule:
-        """The call is not applied and the caller sees a storage error (a 503)."""
+        """The call is not applied and the caller sees ``error`` (default: a 503)."""
 
         def action(call: Callable[[], object]) -> object:
-            raise StorageError("service unavailable (injected)")
+            raise error or StorageError("service unavailable (injected)")
 
         return self._add(Rule(method, prefix, action, times, when=when))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from icechunk_spark import Repository
-from icechunk_spark.errors import CommitStateUnknownError
+from icechunk_spark.errors import CommitStateUnknownError, StorageCredentialsError
 from tests.trust.conftest import create
 
 
@@ -86,3 +86,14 @@ def test_unreadable_outcome_is_commit_state_unknown(faulty):
     assert repo.lookup_branch("main") == before
     with pytest.raises(KeyError):
         repo.lookup_snapshot(info.value.snapshot_id)  # what the message tells the user to do
+
+
+def test_refused_credentials_are_reported_at_once_not_as_unknown(faulty):
+    repo = create(faulty)
+    session = repo.writable_session()
+    session.create_group("/")
+    denied = StorageCredentialsError("access denied (injected)")
+    writes = faulty.fail("put_if_absent", "t/", times=100, error=denied)
+    with pytest.raises(StorageCredentialsError):
+        session.commit("refused")
+    assert writes.hits == 1  # nothing can have been written: no read-back, no retry
