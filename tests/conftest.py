@@ -14,10 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 S3_BUCKET = "icechunk-test"
 S3_CREDENTIALS = {"key": "testing", "secret": "testing"}
+
+# CI runs the same examples every time (a red build is a bug, never bad luck) and enough of them
+# to matter; developers keep Hypothesis' random exploration. Tests that set their own
+# ``settings(...)`` inherit the loaded profile for everything they do not set. The profile must
+# be loaded here, before test modules build their settings.
+settings.register_profile("ci", derandomize=True, database=None, max_examples=200, deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "default")
 
 
 def _free_port() -> int:
