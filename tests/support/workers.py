@@ -7,7 +7,7 @@ import signal
 import time
 from typing import Any
 
-from icechunk_spark import ConflictError, Repository
+from icechunk_spark import ConflictError, IcechunkSparkError, Repository
 
 
 def commit_own_array(url: str, options: dict[str, Any], worker: int, commits: int) -> list[str]:
@@ -60,3 +60,36 @@ def commit_and_die_at(url: str, options: dict[str, Any], key_prefix: str) -> Non
     session.set_chunk("/a", (1,), b"n")
     session.commit("doomed")
     raise SystemExit("the commit finished without reaching " + key_prefix)
+
+
+def fault_value(worker: int, commit: int) -> bytes:
+    """The chunk a fault-run writer stores for its ``commit``-th commit: recognisable bytes."""
+    return f"worker {worker} value {commit};".encode() * 4
+
+
+def fault_message(worker: int, commit: int, attempt: int) -> str:
+    return f"worker {worker} commit {commit} attempt {attempt}"
+
+
+def commit_own_array_retrying(
+    url: str, options: dict[str, Any], worker: int, commits: int, attempts: int
+) -> list[tuple[int, int, str | None, str | None]]:
+    """Commit chunk (j,) of ``/w<worker>`` for each j, retrying a reported failure the way a user
+    would (a new session, the same change) up to ``attempts`` times.
+
+    Returns ``(commit, attempt, snapshot id or None, error or None)`` for every attempt.
+    """
+    repo = Repository.open(url, storage_options=options)
+    outcomes: list[tuple[int, int, str | None, str | None]] = []
+    for j in range(commits):
+        for attempt in range(attempts):
+            try:
+                session = repo.writable_session("main")
+                session.set_chunk(f"/w{worker}", (j,), fault_value(worker, j))
+                snapshot = session.commit(fault_message(worker, j, attempt))
+            except IcechunkSparkError as exc:
+                outcomes.append((j, attempt, None, f"{type(exc).__name__}: {exc}"[:300]))
+                continue
+            outcomes.append((j, attempt, snapshot, None))
+            break
+    return outcomes
