@@ -3,6 +3,13 @@
 Writes go to a temporary file in the same folder, are fsync'ed, and are published atomically:
 ``os.replace`` for plain puts, ``os.link`` for put-if-absent (link fails if the name exists, so
 exactly one writer wins and no reader ever sees a half-written file).
+
+Durability: a name is an entry in its folder, and a folder is an entry in its parent; fsync of
+a file makes its bytes durable, not its name. So after publishing, the folder is fsync'ed too,
+and so is the parent of every folder we create. When ``put`` or ``put_if_absent`` returns, the
+object survives a power loss. A commit writes everything a state file names (chunks, manifests,
+structure, transaction log) before it creates the state file, so no state file can survive a
+crash that the files it names did not.
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ class LocalStorage(Storage):
 
     def _write_temp(self, key: str, data: bytes) -> str:
         folder = self._path(key).parent
-        folder.mkdir(parents=True, exist_ok=True)
+        _make_folders(folder)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=_TEMP_PREFIX)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -69,7 +76,9 @@ class LocalStorage(Storage):
     def put(self, key: str, data: bytes) -> None:
         try:
             tmp = self._write_temp(key, data)
-            os.replace(tmp, self._path(key))
+            path = self._path(key)
+            os.replace(tmp, path)
+            _fsync_folder(path.parent)
         except OSError as exc:
             raise self._failure(exc, f"writing {key!r}") from exc
 
@@ -78,16 +87,22 @@ class LocalStorage(Storage):
             tmp = self._write_temp(key, data)
         except OSError as exc:
             raise self._failure(exc, f"creating {key!r}") from exc
+        path = self._path(key)
         try:
-            os.link(tmp, self._path(key))
-            return True
+            os.link(tmp, path)
         except FileExistsError:
             return False
         except OSError as exc:
             raise self._failure(exc, f"creating {key!r}") from exc
         finally:
+            # The temporary name may outlive a crash; GC sweeps it. No fsync needed for that.
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        try:
+            _fsync_folder(path.parent)
+        except OSError as exc:
+            raise self._failure(exc, f"creating {key!r}") from exc
+        return True
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         folder = self._path(prefix) if prefix.endswith("/") else self._path(prefix).parent
@@ -149,3 +164,27 @@ class LocalStorage(Storage):
             f"{describe} in {self.url} failed ({reason}): check the path, the free disk space "
             "and the file system"
         )
+
+
+def _make_folders(folder: Path) -> None:
+    """Create ``folder`` and its missing parents, each durably (its parent fsync'ed)."""
+    if folder.is_dir():
+        return
+    missing = []
+    cursor = folder
+    while not cursor.is_dir():
+        missing.append(cursor)
+        cursor = cursor.parent
+    for path in reversed(missing):
+        # Made by another writer meanwhile? Its entry may not be durable yet: fsync anyway.
+        with contextlib.suppress(FileExistsError):
+            path.mkdir()
+        _fsync_folder(path.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
