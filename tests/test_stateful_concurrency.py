@@ -15,8 +15,9 @@ model's, sessions read their base plus their changes, and (after GC, when object
 every listed snapshot reads completely through a fresh handle.
 
 GC with a cut-off later than a session's start may delete that session's chunk files; the commit
-must then either land with every chunk readable, or fail with an error of our tree before
-publishing (issue 11, item 1). Both are accepted; a landed snapshot missing a chunk is not.
+must then either land with every chunk readable (the commit copies them), or fail with
+``StaleSessionError`` before publishing (issue 11, item 1). Both are accepted; a landed snapshot
+missing a chunk is not.
 
 Every draw depends only on the model: snapshots are drawn by position among the listed ones.
 ``ICECHUNK_STATEFUL_S3=1`` also runs it on S3 (moto), which is slower.
@@ -48,9 +49,9 @@ from hypothesis.stateful import (
 from icechunk_spark import (
     AlreadyExistsError,
     ConflictError,
-    IcechunkSparkError,
     InvalidInputError,
     Repository,
+    StaleSessionError,
 )
 
 ARRAYS = ("/a", "/b")
@@ -233,11 +234,10 @@ class ConcurrencyMachine(RuleBasedStateMachine):
         except ConflictError:
             assert predicted is None or s.fenced, f"unexpected conflict ({on_conflict})"
             snapshot = None
-        except IcechunkSparkError:
-            # Only a session whose files GC may have deleted may fail otherwise (and must,
-            # rather than publish a snapshot that misses them).
-            if not s.fenced:
-                raise
+        except StaleSessionError:
+            # Only a session whose files GC may have deleted may fail so (and must, rather
+            # than publish a snapshot that misses them).
+            assert s.fenced, "StaleSessionError for a session no GC cut-off reached"
             snapshot = None
         if snapshot is None:
             assert self.repo.lookup_branch(s.branch) == parent, "a failed commit moved the branch"

@@ -7,7 +7,13 @@ import signal
 import time
 from typing import Any
 
-from icechunk_spark import ConflictError, IcechunkSparkError, Repository
+from icechunk_spark import (
+    CommitStateUnknownError,
+    ConflictError,
+    IcechunkSparkError,
+    NotFoundError,
+    Repository,
+)
 
 
 def commit_own_array(url: str, options: dict[str, Any], worker: int, commits: int) -> list[str]:
@@ -87,9 +93,26 @@ def commit_own_array_retrying(
                 session = repo.writable_session("main")
                 session.set_chunk(f"/w{worker}", (j,), fault_value(worker, j))
                 snapshot = session.commit(fault_message(worker, j, attempt))
+            except CommitStateUnknownError as exc:
+                # The documented way out: look the snapshot up, then retry only if absent.
+                snapshot = _look_up(repo, exc.snapshot_id)
+                if snapshot is None:
+                    outcomes.append((j, attempt, None, f"CommitStateUnknownError: {exc}"[:300]))
+                    continue
             except IcechunkSparkError as exc:
                 outcomes.append((j, attempt, None, f"{type(exc).__name__}: {exc}"[:300]))
                 continue
             outcomes.append((j, attempt, snapshot, None))
             break
     return outcomes
+
+
+def _look_up(repo: Repository, snapshot: str | None) -> str | None:
+    for _ in range(5):  # the lookup goes through the same faulty endpoint
+        try:
+            return repo.lookup_snapshot(snapshot).id if snapshot else None
+        except NotFoundError:
+            return None
+        except IcechunkSparkError:
+            continue
+    raise AssertionError(f"could not look snapshot {snapshot} up through the faults")
