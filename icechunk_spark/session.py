@@ -692,29 +692,11 @@ class Session:
     def _rebase(self, state: State, on_conflict: OnConflict) -> None:
         assert self.branch is not None
         tip = state.branch(self.branch).snapshot_id
-        logs = []
-        cursor: str | None = tip
-        if self._base.snapshot_id not in state.snapshots:
-            cursor = None  # our base was expired: the branch cannot descend from it any more
-        while cursor is not None and cursor != self._base.snapshot_id:
-            info = state.snapshots.get(cursor)
-            if info is not None and info.parent_relinked:
-                # Snapshots between here and our base were expired: their changes are unknown.
-                expired = Conflict(
-                    self.branch,
-                    f"snapshots committed since this session's base were expired (below "
-                    f"{cursor}), so their changes cannot be checked",
-                )
-                raise ConflictError([expired], self.branch)
-            logs.append(decode_txlog(self._repo.storage.get(txlog_key(cursor)), txlog_key(cursor)))
-            cursor = info.parent_id if info is not None else None
-        if cursor is None:
-            reset = Conflict(
-                self.branch,
-                "branch was reset to a snapshot that does not descend from ours, or this "
-                "session's base was expired",
-            )
-            raise ConflictError([reset], self.branch)
+        storage = self._repo.storage
+        logs = [
+            decode_txlog(storage.get(txlog_key(s)), txlog_key(s))
+            for s in self._snapshots_since_base(state, tip)
+        ]
         tip_view = self._repo.snapshot_view(tip, state)
         with self._changes.lock:
             nodes = current_nodes(self._base, self._changes)
@@ -728,6 +710,42 @@ class Session:
             if left:
                 raise ConflictError(left, self.branch)
         self._base = tip_view
+
+    def _snapshots_since_base(self, state: State, tip: str) -> list[str]:
+        """The snapshots from ``tip`` down to our base (excluded): all we must rebase over.
+
+        Raises:
+            ConflictError: the branch does not descend from our base (it was reset elsewhere,
+                or our base was expired), or the way down crosses a parent link that expiry
+                re-linked, whose skipped snapshots' changes cannot be checked.
+        """
+        assert self.branch is not None
+        base = self._base.snapshot_id
+        path: list[str] = []
+        relinked: str | None = None
+        cursor: str | None = tip if base in state.snapshots else None
+        while cursor is not None and cursor != base:
+            info = state.snapshots.get(cursor)
+            if info is None:
+                cursor = None
+                break
+            if info.parent_relinked and relinked is None:
+                relinked = cursor
+            path.append(cursor)
+            cursor = info.parent_id
+        if cursor is None:
+            reason = (
+                "branch was reset to a snapshot that does not descend from ours, or this "
+                "session's base was expired"
+            )
+            raise ConflictError([Conflict(self.branch, reason)], self.branch)
+        if relinked is not None:
+            reason = (
+                f"snapshots committed since this session's base were expired (below "
+                f"{relinked}), so their changes cannot be checked"
+            )
+            raise ConflictError([Conflict(self.branch, reason)], self.branch)
+        return path
 
     def _require_writable(self) -> None:
         if self._committed:

@@ -1,10 +1,10 @@
 """A commit whose branch was reset to a snapshot that does not descend from its base.
 
-Found by tests/test_stateful_concurrency.py. The rebase walks from the new tip back towards the
-session's base, reading each snapshot's transaction log; it never meets the base, reaches the
-repository's first snapshot, which has no transaction log (``Repository.create`` writes none),
-and fails with ``NotFoundError`` on ``x/<first snapshot>`` instead of the documented
-``ConflictError`` (branch reset to a snapshot that does not descend from ours).
+Found by tests/test_stateful_concurrency.py. The rebase used to read each snapshot's transaction
+log while walking from the new tip back towards the session's base; when it never met the base it
+reached the repository's first snapshot, which has no transaction log (``Repository.create``
+writes none), and failed with ``NotFoundError`` on ``x/<first snapshot>`` instead of the
+documented ``ConflictError``. Now it finds the way down to the base first, then reads the logs.
 """
 
 from __future__ import annotations
@@ -16,10 +16,6 @@ import pytest
 from icechunk_spark import ConflictError, Repository
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="session._rebase reads the first snapshot's transaction log, which does not exist",
-)
 def test_commit_after_a_reset_to_a_non_descendant_is_a_conflict():
     repo = Repository.create(f"memory://{uuid.uuid4().hex}")
     first = repo.lookup_branch("main")
