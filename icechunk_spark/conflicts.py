@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .changes import ChangeSet
-from .errors import Conflict
+from .errors import CHUNK_CONFLICT, Conflict
 from .format.coords import decode_coords
 from .format.structure import Node
 from .format.txlog import TransactionLog
@@ -76,7 +76,7 @@ class Found:
 
     @property
     def only_chunks(self) -> bool:
-        return all(c.kind == "chunk written concurrently" for c in self.conflicts)
+        return all(c.kind == CHUNK_CONFLICT for c in self.conflicts)
 
 
 def find_conflicts(
@@ -114,7 +114,7 @@ def find_conflicts(
         if len(both):
             overlaps[node_id] = both
             coords = tuple(tuple(int(i) for i in c) for c in decode_coords(both, ndims[node_id]))
-            conflicts.append(Conflict(path, "chunk written concurrently", coords))
+            conflicts.append(Conflict(path, CHUNK_CONFLICT, coords))
     return Found(tuple(conflicts), overlaps)
 
 
@@ -220,7 +220,7 @@ def resolve(found: Found, ours: ChangeSet, policy: OnConflict) -> Sequence[Confl
     if policy == "fail" or not found.conflicts:
         return found.conflicts
     if not found.only_chunks:
-        return [c for c in found.conflicts if c.kind != "chunk written concurrently"]
+        return [c for c in found.conflicts if c.kind != CHUNK_CONFLICT]
     if policy == "theirs":
         for node_id, coords in found.chunk_overlaps.items():
             ours.chunks[node_id].drop_coords(coords)

@@ -105,6 +105,10 @@ class FormatError(IcechunkSparkError):
     """A repository file is truncated, corrupt, or written by an unknown format version."""
 
 
+# The kind of the one conflict a policy (on_conflict='ours' / 'theirs') can resolve.
+CHUNK_CONFLICT = "chunk written concurrently"
+
+
 @dataclass(frozen=True, slots=True)
 class Conflict:
     """One overlap between our changes and a concurrently committed snapshot."""
@@ -134,10 +138,21 @@ class ConflictError(IcechunkSparkError):
         self.branch = branch
         listed = "; ".join(c.describe() for c in self.conflicts[:10])
         more = f"; and {len(self.conflicts) - 10} more" if len(self.conflicts) > 10 else ""
+        # Only same-chunk overlaps yield to on_conflict; advising it for others would mislead
+        # (and under 'ours'/'theirs' only the others are left).
+        if all(c.kind == CHUNK_CONFLICT for c in self.conflicts):
+            advice = (
+                "Open a new session from the branch tip and redo the change, or pass "
+                "on_conflict='ours' or 'theirs' to resolve chunk conflicts."
+            )
+        else:
+            advice = (
+                "Open a new session from the branch tip and redo the change; on_conflict "
+                "resolves only chunks written by both, not these."
+            )
         super().__init__(
             f"commit to branch {branch!r} conflicts with a concurrent commit: {listed}{more}. "
-            "Open a new session from the branch tip and redo the change, or pass "
-            "on_conflict='ours' or 'theirs' to resolve chunk conflicts."
+            + advice
         )
 
     def __reduce__(self) -> tuple[type[ConflictError], tuple[tuple[Conflict, ...], str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from ..errors import InvalidInputError
 from .base import ObjectInfo, Storage
@@ -24,7 +24,15 @@ def open_storage(url: str | Storage, **options: Any) -> Storage:
     parsed = urlparse(url)
     scheme = parsed.scheme
     if scheme in ("", "file"):
-        path = parsed.path if scheme == "file" else url
+        if scheme == "file" and parsed.netloc not in ("", "localhost"):
+            # file://data/repo would silently mean /repo: a host is never part of a local path.
+            raise InvalidInputError(
+                f"storage URL {url!r} names a host ({parsed.netloc!r}); local paths are "
+                "file:///absolute/path (three slashes) or a plain path"
+            )
+        # file:// URLs are percent-encoded (LocalStorage.url writes a space as %20); a plain
+        # path is taken as it is.
+        path = unquote(parsed.path) if scheme == "file" else url
         if not path:
             raise InvalidInputError(f"storage URL {url!r} has no path")
         return LocalStorage(path)

@@ -120,3 +120,23 @@ def test_growth_and_writes_inside_the_grid_still_rebase(repo):
     assert reader.get_node("/a").meta.shape == (20,)
     assert reader.get_chunk("/a", (3,)) == b"\x03"
     assert reader.get_chunk("/a", (0,)) == b"\x01"
+
+
+def test_advice_names_on_conflict_only_for_chunk_conflicts(repo):
+    session = repo.writable_session()
+    doc = json.loads(session.get_node("/a").zarr_json)
+    doc["attributes"] = {"mine": 1}
+    session.set_node_metadata("/a", json.dumps(doc).encode())
+    _resize(repo, "/a", (12,), (1,))
+    with pytest.raises(ConflictError) as info:
+        session.commit("both changed the metadata", on_conflict="ours")
+    assert "on_conflict='ours'" not in str(info.value)
+    assert "resolves only chunks written by both" in str(info.value)
+
+    chunks = repo.writable_session()
+    chunks.set_chunk("/a", (0,), b"\x09")
+    other = repo.writable_session()
+    other.set_chunk("/a", (0,), b"\x07")
+    other.commit("same chunk")
+    with pytest.raises(ConflictError, match="on_conflict='ours' or 'theirs'"):
+        chunks.commit("same chunk too")
