@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from ..errors import InvalidInputError, NotFoundError, StorageCredentialsError, StorageError
 from .base import ObjectInfo, Storage, with_retries
+from .endpoints import check_endpoint
 from .s3_errors import Where, classify
 
 T = TypeVar("T")
@@ -37,15 +38,6 @@ def _client_config(given: Any) -> dict[str, Any]:
     return CLIENT_CONFIG | given
 
 
-def _check_endpoint(endpoint: str | None) -> None:
-    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
-        shown = "" if "@" in endpoint else f" {endpoint!r}"  # user:password@ stays unsaid
-        raise InvalidInputError(
-            f"storage option endpoint_url{shown} must start with http:// or https:// "
-            "(e.g. http://127.0.0.1:9000)"
-        )
-
-
 class S3Storage(Storage):
     mtime_resolution_ms = 1000  # S3 listings report LastModified in whole seconds
 
@@ -61,7 +53,7 @@ class S3Storage(Storage):
         if "region" in options:
             client_kwargs["region_name"] = options.pop("region")
         self.endpoint: str | None = client_kwargs.get("endpoint_url") or None
-        _check_endpoint(self.endpoint)
+        check_endpoint(self.endpoint, "endpoint_url", "http://127.0.0.1:9000")
         config_kwargs = _client_config(options.pop("config_kwargs", None))
         # No instance or listing caches: a repository must always see the newest objects.
         self.fs = s3fs.S3FileSystem(

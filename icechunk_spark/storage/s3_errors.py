@@ -22,6 +22,7 @@ from ..errors import (
     StorageNotFoundError,
     StorageUnreachableError,
 )
+from .endpoints import without_userinfo
 
 _CREDENTIALS_HELP = (
     "pass the storage options key and secret, set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
@@ -46,7 +47,7 @@ class Where:
 
     @property
     def server(self) -> str:
-        return _without_userinfo(self.endpoint) if self.endpoint else "AWS S3"
+        return without_userinfo(self.endpoint) if self.endpoint else "AWS S3"
 
 
 def classify(exc: BaseException, where: Where) -> StorageError | None:
@@ -174,13 +175,3 @@ def _endpoint_of(exc: BaseException, where: Where) -> str:
         parts = urlsplit(str(tried))
         return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
     return where.server
-
-
-def _without_userinfo(endpoint: str) -> str:
-    # An endpoint may carry user:password@; the message must not.
-    parts = urlsplit(endpoint)
-    if parts.username is None and parts.password is None:
-        return endpoint
-    host = parts.hostname or ""
-    netloc = host + (f":{parts.port}" if parts.port else "")
-    return parts._replace(netloc=netloc).geturl()
