@@ -1,0 +1,119 @@
+"""Turning Azure's failures into one sentence a user can act on.
+
+adlfs translates some azure-core exceptions (a missing blob becomes ``FileNotFoundError``, an
+existing one ``FileExistsError``) and keeps the original in the exception chain; the rest pass
+through. We look along the chain for azure-core's exception and recognise it by class, HTTP
+status and Azure error code, never by message text, and never repeat the server's text or
+anything from the request, so no key or SAS token can leak.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..errors import (
+    StorageCredentialsError,
+    StorageError,
+    StorageNotFoundError,
+    StorageUnreachableError,
+)
+
+_CREDENTIALS_HELP = (
+    "pass the storage options account_name and account_key (or sas_token, or connection_string), "
+    "or set AZURE_STORAGE_CONNECTION_STRING (or AZURE_STORAGE_ACCOUNT_NAME and "
+    "AZURE_STORAGE_ACCOUNT_KEY)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """What we were doing when it failed: the repository URL, container, account, operation."""
+
+    url: str  # az://container/prefix
+    container: str
+    account: str | None  # None when given only through a connection string
+    describe: str  # "reading 'icechunk.json'"
+
+    @property
+    def server(self) -> str:
+        return f"Azure storage account {self.account!r}" if self.account else "the Azure endpoint"
+
+
+def is_already_exists(exc: BaseException) -> bool:
+    """Whether the chain holds the server's "blob already exists" answer to a conditional put.
+
+    ``If-None-Match: *`` on an existing blob is answered 409 ``BlobAlreadyExists``, or 412
+    ``ConditionNotMet`` (azure-storage-blob reports both as ``ResourceExistsError``).
+    """
+    from azure.core.exceptions import HttpResponseError
+
+    for cause in _chain(exc):
+        if isinstance(cause, HttpResponseError):
+            code = getattr(cause, "error_code", None)
+            status = cause.status_code
+            return status == 412 or (status == 409 and str(code) == "BlobAlreadyExists")
+    return False
+
+
+def classify(exc: BaseException, where: Where) -> StorageError | None:
+    """Our error for a storage mistake behind ``exc``, or ``None`` when it is none we know."""
+    for cause in _chain(exc):
+        found = _classify_one(cause, where)
+        if found is not None:
+            return found
+    return None
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _classify_one(exc: BaseException, where: Where) -> StorageError | None:
+    from azure.core import exceptions as azure
+
+    url, server = where.url, where.server
+    if isinstance(exc, azure.ClientAuthenticationError):
+        if exc.status_code is None:  # azure-identity found no credential to try
+            return StorageCredentialsError(
+                f"no Azure credentials found for {url}: {_CREDENTIALS_HELP}"
+            )
+        return StorageCredentialsError(
+            f"{server} refused the credentials used for {url} (HTTP {exc.status_code}): check "
+            f"that the key or token belongs to this account and may use container "
+            f"{where.container!r}; {_CREDENTIALS_HELP}"
+        )
+    if isinstance(exc, azure.HttpResponseError):
+        code = str(getattr(exc, "error_code", None) or "")
+        if exc.status_code == 403:
+            return StorageCredentialsError(
+                f"access denied (HTTP 403) while {where.describe} in {url}: check that the "
+                f"credentials may read and write container {where.container!r}"
+            )
+        if code == "ContainerNotFound":
+            return StorageNotFoundError(
+                f"container {where.container!r} does not exist in {server} ({url}): check the "
+                "container name and the account, or create the container"
+            )
+        if isinstance(exc, azure.DecodeError):
+            return StorageUnreachableError(
+                f"{server} answered with something other than Azure Blob Storage while "
+                f"{where.describe} in {url}: check the account_host or connection_string"
+            )
+        return None
+    if isinstance(exc, azure.ServiceRequestError):  # refused, unknown host, TLS
+        return StorageUnreachableError(
+            f"cannot connect to {server} for {url}: check the account name, account_host or "
+            "the endpoint in connection_string, and that the server is running"
+        )
+    if isinstance(exc, azure.ServiceResponseError):  # timed out or closed while answering
+        return StorageUnreachableError(
+            f"{server} did not answer while {where.describe} in {url}: check the account_host "
+            "or the endpoint in connection_string, or raise the read_timeout storage option"
+        )
+    return None
