@@ -13,11 +13,12 @@
     │   └── VirtualRefRefusedError  a virtual ref outside the containers, or not authorized
     ├── SourceChangedError       a virtual ref's target changed since the ref was written
     ├── ReadOnlyError            a write on a read-only session or store
-    │   └── ReadOnlyStoreError   the same through the zarr store (also zarr's ValueError)
+    │   ├── ReadOnlyStoreError   the same through the zarr store (also zarr's ValueError)
+    │   └── ReadOnlyStorageError a write to storage that only reads (plain HTTP)
     ├── StorageError(OSError)    the storage backend failed (after retries)
     │   ├── StorageCredentialsError  no credentials, wrong ones, or access denied
     │   ├── StorageNotFoundError     the bucket (or container) itself does not exist
-    │   └── StorageUnreachableError  no connection, a timeout, or an endpoint that is not S3
+    │   └── StorageUnreachableError  no connection, a timeout, an endpoint of another kind
     └── FormatError              a repository file is truncated, corrupt or of an unknown version
 
 Every message says what went wrong and, where there is one, what to do next.
@@ -56,6 +57,10 @@ class ReadOnlyError(IcechunkSparkError):
     """A write was attempted on a read-only session or store."""
 
 
+class ReadOnlyStorageError(ReadOnlyError):
+    """A write to storage that can only be read (a repository served over plain HTTP)."""
+
+
 class StorageError(IcechunkSparkError, OSError):
     """The storage backend failed, after bounded retries for transient errors."""
 
@@ -69,7 +74,7 @@ class StorageNotFoundError(StorageError):
 
 
 class StorageUnreachableError(StorageError):
-    """No answer we can use: no connection, a timeout, or an endpoint that does not speak S3."""
+    """No answer we can use: no connection, a timeout, or an endpoint that is not that storage."""
 
 
 class CommitStateUnknownError(IcechunkSparkError):
@@ -170,6 +175,7 @@ __all__ = [
     "InvalidInputError",
     "NotFoundError",
     "ReadOnlyError",
+    "ReadOnlyStorageError",
     "StaleSessionError",
     "StorageCredentialsError",
     "StorageError",
