@@ -1,23 +1,46 @@
-"""Storage backends: memory, local files, S3. ``open_storage(url, **options)`` picks one."""
+"""Storage backends: memory, local files, S3, GCS, Azure, read-only HTTP.
+
+``open_storage(url, **options)`` picks one by the URL's scheme. The GCS and Azure backends
+import their client libraries (extras ``icechunk-spark[gcs]`` and ``[azure]``) only when used.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from ..errors import InvalidInputError
 from .base import ObjectInfo, Storage
+from .http import HTTPStorage
 from .local import LocalStorage
 from .memory import MemoryStorage
 from .s3 import S3Storage
 
+if TYPE_CHECKING:
+    from .azure import AzureStorage
+    from .gcs import GCSStorage
+
+SUPPORTED = (
+    "file:///path, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix, "
+    "https://host/path (read-only) or memory://name"
+)
+
 
 def open_storage(url: str | Storage, **options: Any) -> Storage:
-    """Open ``file:///path``, a plain path, ``s3://bucket/prefix`` or ``memory://name``.
+    """Open ``file:///path`` (or a plain path), ``s3://bucket/prefix``, ``gs://bucket/prefix``,
+    ``az://container/prefix`` (also ``abfs://``, ``abfss://``), ``http(s)://…`` (read-only) or
+    ``memory://name``.
 
-    S3 options are s3fs's (``key``, ``secret``, ``endpoint_url``, ``anon``, ``client_kwargs``...).
+    Options are the client library's: s3fs's for S3 (``key``, ``secret``, ``endpoint_url``,
+    ``anon``, ``client_kwargs``…), gcsfs's for GCS (``token``, ``project``, ``endpoint_url``…),
+    adlfs's for Azure (``account_name``, ``account_key``, ``sas_token``, ``connection_string``…),
+    fsspec's HTTP file system's for HTTP (``headers``, ``client_kwargs``).
+
+    Raises:
+        InvalidInputError: an unknown scheme, a URL without bucket or container, or a missing
+            client library (install the ``gcs`` or ``azure`` extra).
     """
     if isinstance(url, Storage):
         return url
@@ -42,9 +65,52 @@ def open_storage(url: str | Storage, **options: Any) -> Storage:
         if not parsed.netloc:
             raise InvalidInputError(f"S3 URL {url!r} names no bucket; use s3://bucket/prefix")
         return S3Storage(parsed.netloc + parsed.path, **options)
-    raise InvalidInputError(
-        f"unsupported storage URL {url!r}: use file:///path, s3://bucket/prefix or memory://name"
-    )
+    if scheme in ("gs", "gcs"):
+        if not parsed.netloc:
+            raise InvalidInputError(f"GCS URL {url!r} names no bucket; use gs://bucket/prefix")
+        gcs = _backend("gcs", "GCSStorage", "gcsfs")
+        return gcs(parsed.netloc + parsed.path, **options)
+    if scheme in ("az", "abfs", "abfss"):
+        container, _, host = parsed.netloc.partition("@")
+        if not container:
+            raise InvalidInputError(
+                f"Azure URL {url!r} names no container; use az://container/prefix"
+            )
+        if host and "account_name" not in options and "connection_string" not in options:
+            # abfs://container@account.dfs.core.windows.net/prefix names the account.
+            options = {"account_name": host.split(".", 1)[0], **options}
+        azure = _backend("azure", "AzureStorage", "adlfs")
+        return azure(container + parsed.path, scheme, **options)
+    if scheme in ("http", "https"):
+        if not parsed.netloc:
+            raise InvalidInputError(f"HTTP URL {url!r} names no host")
+        return HTTPStorage(url, **options)
+    raise InvalidInputError(f"unsupported storage URL {url!r}: use {SUPPORTED}")
+
+
+def _backend(module: str, name: str, library: str) -> Callable[..., Storage]:
+    """The backend class of an optional client library, or an error saying what to install."""
+    import importlib
+
+    try:
+        found = importlib.import_module(f".{module}", __name__)
+        return getattr(found, name)  # type: ignore[no-any-return]
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not exc.name.startswith((library, "google", "azure")):
+            raise
+        raise InvalidInputError(
+            f"{module.upper() if module == 'gcs' else module.title()} storage needs {library}: "
+            f"pip install 'icechunk-spark[{module}]'"
+        ) from exc
+
+
+def __getattr__(name: str) -> Any:
+    # GCSStorage and AzureStorage load their client libraries only when asked for.
+    if name == "GCSStorage":
+        return _backend("gcs", name, "gcsfs")
+    if name == "AzureStorage":
+        return _backend("azure", name, "adlfs")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def parse_storage_options(pairs: Iterable[str]) -> dict[str, Any]:
@@ -76,6 +142,9 @@ def _json_object(key: str, value: str) -> dict[str, Any]:
 
 
 __all__ = [
+    "AzureStorage",
+    "GCSStorage",
+    "HTTPStorage",
     "LocalStorage",
     "MemoryStorage",
     "ObjectInfo",
