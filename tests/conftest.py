@@ -1,4 +1,5 @@
-"""Fixtures shared by every test: storage backends (memory, local, S3 on 127.0.0.1)."""
+"""Fixtures shared by every test: storage backends (memory, local, and S3, GCS and Azure
+emulators on 127.0.0.1)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,13 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from icechunk_spark.storage import open_storage
+
 ROOT = Path(__file__).resolve().parent.parent
 S3_BUCKET = "icechunk-test"
 S3_CREDENTIALS = {"key": "testing", "secret": "testing"}
+GCS_BUCKET = "icechunk-test"
+AZURE_CONTAINER = "icechunk-test"
 
 # CI runs the same examples every time (a red build is a bug, never bad luck) and enough of them
 # to matter; developers keep Hypothesis' random exploration. Tests that set their own
@@ -72,6 +77,49 @@ def s3_endpoint() -> Iterator[str]:
     fs.mkdir(S3_BUCKET)
     yield endpoint
     _stop_moto(proc)
+
+
+@pytest.fixture(scope="session")
+def gcs_endpoint() -> Iterator[str]:
+    """fake-gcs-server on 127.0.0.1 (in memory), with the bucket ``GCS_BUCKET``."""
+    from tests.support import emulators
+
+    if emulators.fake_gcs_binary() is None:
+        pytest.skip("fake-gcs-server is not installed: run `make install`")
+    server = emulators.start_fake_gcs()
+    open_storage(f"gs://{GCS_BUCKET}", **gcs_options(server.endpoint)).fs.mkdir(GCS_BUCKET)
+    yield server.endpoint
+    server.stop()
+
+
+def gcs_options(endpoint: str) -> dict[str, Any]:
+    # token="anon": no credential lookup at all (gcsfs would otherwise ask gcloud and the
+    # metadata server); the emulator accepts anonymous requests.
+    return {"endpoint_url": endpoint, "token": "anon", "project": "test"}
+
+
+@pytest.fixture(scope="session")
+def azure_endpoint() -> Iterator[str]:
+    """Azurite's blob service on 127.0.0.1 (in memory), with the container ``AZURE_CONTAINER``.
+
+    Skips, saying why, where Node.js or Azurite is missing.
+    """
+    from tests.support import emulators
+
+    reason = emulators.azurite_missing_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    server = emulators.start_azurite()
+    storage = open_storage(f"az://{AZURE_CONTAINER}", **azure_options(server.endpoint))
+    storage.fs.mkdir(AZURE_CONTAINER)
+    yield server.endpoint
+    server.stop()
+
+
+def azure_options(endpoint: str) -> dict[str, Any]:
+    from tests.support.emulators import azurite_connection_string
+
+    return {"connection_string": azurite_connection_string(endpoint)}
 
 
 @dataclass(frozen=True)
@@ -164,26 +212,34 @@ class Backend:
         return f"<Backend {self.name} {self.url}>"
 
 
-@pytest.fixture(params=["memory", "local", "s3"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    """A fresh repository location on every backend: the behaviour suite runs on all three."""
-    name = request.param
+def _make_backend(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if name == "memory":
         return Backend(name, f"memory://{uuid.uuid4().hex}", {})
     if name == "local":
         return Backend(name, (tmp_path / "repo").as_uri(), {})
-    endpoint = request.getfixturevalue("s3_endpoint")
-    return Backend(name, f"s3://{S3_BUCKET}/{uuid.uuid4().hex}", s3_options(endpoint))
+    fresh = uuid.uuid4().hex
+    if name == "s3":
+        endpoint = request.getfixturevalue("s3_endpoint")
+        return Backend(name, f"s3://{S3_BUCKET}/{fresh}", s3_options(endpoint))
+    if name == "gcs":
+        endpoint = request.getfixturevalue("gcs_endpoint")
+        return Backend(name, f"gs://{GCS_BUCKET}/{fresh}", gcs_options(endpoint))
+    if name == "azure":
+        endpoint = request.getfixturevalue("azure_endpoint")
+        return Backend(name, f"az://{AZURE_CONTAINER}/{fresh}", azure_options(endpoint))
+    raise ValueError(f"unknown backend {name!r}")
+
+
+@pytest.fixture(params=["memory", "local", "s3", "gcs", "azure"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """A fresh repository location on every backend: the behaviour suite runs on all five."""
+    return _make_backend(request.param, request, tmp_path)
 
 
 @pytest.fixture
 def process_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    """Like ``backend`` but only backends that several processes can share (local, S3)."""
-    name = getattr(request, "param", "local")
-    if name == "local":
-        return Backend(name, (tmp_path / "repo").as_uri(), {})
-    endpoint = request.getfixturevalue("s3_endpoint")
-    return Backend(name, f"s3://{S3_BUCKET}/{uuid.uuid4().hex}", s3_options(endpoint))
+    """Like ``backend`` but only backends that several processes can share (not memory)."""
+    return _make_backend(getattr(request, "param", "local"), request, tmp_path)
 
 
 @pytest.fixture

@@ -33,6 +33,6 @@ def make_array(
 
 def cutoff_after_writes(backend: Any) -> datetime:
     """A cut-off later than every object written so far, as the storage's clock will see it."""
-    # S3 listings report whole seconds, which GC reads as the end of that second.
-    time.sleep(1.05 if backend.name == "s3" else 0.02)
+    # S3 and Azure listings report whole seconds, which GC reads as the end of that second.
+    time.sleep(1.05 if backend.name in ("s3", "azure") else 0.02)
     return datetime.now(UTC)
