@@ -4,7 +4,9 @@
 >>> repo = Repository.create("file:///tmp/my-repo")  # doctest: +SKIP
 """
 
-from .config import RepositoryConfig
+from .core.config import RepositoryConfig
+from .core.repository import Repository
+from .core.session import ChangeSummary, Session
 from .errors import (
     AlreadyExistsError,
     CommitStateUnknownError,
@@ -23,8 +25,6 @@ from .errors import (
     StorageUnreachableError,
 )
 from .format.state import SnapshotInfo
-from .repository import Repository
-from .session import ChangeSummary, Session
 
 __all__ = [
     "AlreadyExistsError",

@@ -51,7 +51,7 @@ from .format.structure import ArrayMeta, Node
 if TYPE_CHECKING:
     import xarray as xr
 
-    from .session import Session
+    from .core.session import Session
 
 T = TypeVar("T")
 

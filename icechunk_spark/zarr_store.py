@@ -37,14 +37,14 @@ from zarr.abc.store import (
 )
 from zarr.core.buffer import Buffer, BufferPrototype
 
+from .core.session import normalize_path
+from .core.snapshot import ChunkRef
 from .errors import AlreadyExistsError, InvalidInputError, NotFoundError, ReadOnlyError
 from .format.structure import ArrayMeta, Node, make_node
-from .session import normalize_path
-from .snapshot import ChunkRef
 
 if TYPE_CHECKING:
-    from .repository import Repository
-    from .session import Session
+    from .core.repository import Repository
+    from .core.session import Session
 
 METADATA_KEY = "zarr.json"
 _V2_METADATA = frozenset({".zgroup", ".zarray", ".zattrs", ".zmetadata"})

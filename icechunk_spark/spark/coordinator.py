@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
+from ..core.repository import Repository
+from ..core.session import Session
 from ..errors import ConflictError, InvalidInputError, NotFoundError
 from ..format.structure import ArrayMeta, Node
-from ..repository import Repository
-from ..session import Session
 from ..storage import Storage
 from .chunks import read_journal
 from .plan import WRITE_ID_KEY, WritePlan

@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..core.session import normalize_path
 from ..errors import InvalidInputError
 from ..format.ids import new_object_id
 from ..format.structure import ArrayMeta, parse_array_meta, parse_zarr_json
-from ..session import normalize_path
 from .options import RepoOptions, get, get_bool, get_int, parse_value, repo_options
 
 RowKind = Literal["virtual", "data"]

@@ -30,8 +30,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from ..core.session import normalize_path
 from ..errors import InvalidInputError
-from ..session import normalize_path
 from . import scan, tables
 from .coordinator import abort_write, commit_staged
 from .options import ReadTarget, RepoOptions, get, get_int, read_target, repo_options

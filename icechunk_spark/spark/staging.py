@@ -18,11 +18,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..containers import resolve_url
+from ..core.containers import resolve_url
+from ..core.session import normalize_path
 from ..errors import InvalidInputError
 from ..format.coords import encode_coords
 from ..format.parquet import read_parquet_bytes
-from ..session import normalize_path
 from ..storage import Storage
 from .chunks import ChunkCodec, ChunkObjectWriter
 from .plan import ArrayTarget, WritePlan

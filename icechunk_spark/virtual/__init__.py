@@ -53,7 +53,7 @@ Checksums are ``etag:<ETag>`` where the store has ETags (S3, many HTTP servers),
 ``mtime:<mtime>:<size>`` (local files): a rewrite that keeps size and mtime is not detected.
 """
 
-from ..containers import (
+from ..core.containers import (
     CoalesceSettings,
     SourceChangedError,
     VirtualRangeError,

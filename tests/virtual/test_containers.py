@@ -13,7 +13,7 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 from icechunk_spark import NotFoundError, Repository
-from icechunk_spark.containers import (
+from icechunk_spark.core.containers import (
     CoalesceSettings,
     SourceChangedError,
     VirtualReader,

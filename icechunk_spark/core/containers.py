@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from .errors import IcechunkSparkError, InvalidInputError, NotFoundError, StorageError
+from ..errors import IcechunkSparkError, InvalidInputError, NotFoundError, StorageError
 
 Authorization = Mapping[str, Mapping[str, Any]]
 

@@ -15,11 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .changes import ChangeSet
-from .config import RepositoryConfig
-from .conflicts import OnConflict, Theirs, find_conflicts, resolve
-from .containers import resolve_url
-from .errors import (
+from ..errors import (
     AlreadyExistsError,
     CommitStateUnknownError,
     Conflict,
@@ -30,14 +26,13 @@ from .errors import (
     ReadOnlyError,
     StaleSessionError,
 )
-from .flush import BuiltSnapshot, build_snapshot, current_nodes
-from .format.coords import decode_coords, encode_coord, encode_coords
-from .format.ids import new_node_id, new_object_id
-from .format.manifest import attach_stats, conform_refs, merge_refs
-from .format.state import Ref, SnapshotInfo, State
-from .format.structure import ManifestRef, Node, make_node
-from .format.txlog import decode_txlog
-from .inventory import (
+from ..format.coords import decode_coords, encode_coord, encode_coords
+from ..format.ids import new_node_id, new_object_id
+from ..format.manifest import attach_stats, conform_refs, merge_refs
+from ..format.state import Ref, SnapshotInfo, State
+from ..format.structure import ManifestRef, Node, make_node
+from ..format.txlog import decode_txlog
+from ..inventory import (
     ChunkStats,
     StatsLog,
     chunk_codec,
@@ -45,14 +40,19 @@ from .inventory import (
     encoded_chunk_stats,
     stats_enabled,
 )
-from .progress import Progress
+from ..progress import Progress
+from ..splitting import ManifestConfig
+from .changes import ChangeSet
+from .config import RepositoryConfig
+from .conflicts import OnConflict, Theirs, find_conflicts, resolve
+from .containers import resolve_url
+from .flush import BuiltSnapshot, build_snapshot, current_nodes
 from .refs import state_key, update_state
 from .snapshot import ChunkRef, SnapshotView, chunk_key, txlog_key
-from .splitting import ManifestConfig
 
 if TYPE_CHECKING:
+    from ..zarr_store import IcechunkStore
     from .repository import Repository
-    from .zarr_store import IcechunkStore
 
 MAX_REBASES = 200
 
@@ -152,7 +152,7 @@ class Session:
     @property
     def store(self) -> IcechunkStore:
         """A Zarr v3 store over this session (read-only for read-only sessions)."""
-        from .zarr_store import IcechunkStore
+        from ..zarr_store import IcechunkStore
 
         return IcechunkStore(self)
 
@@ -448,13 +448,13 @@ class Session:
 
     def chunk_inventory(self, path: str) -> np.ndarray:
         """Which chunks the array has, as a boolean array over its chunk grid."""
-        from .inventory import chunk_inventory
+        from ..inventory import chunk_inventory
 
         return chunk_inventory(self, path)
 
     def chunk_stats(self, path: str) -> pa.Table:
         """Coords and ``stat_*`` columns of the array's chunks (see ``inventory``)."""
-        from .inventory import chunk_stats
+        from ..inventory import chunk_stats
 
         return chunk_stats(self, path)
 

@@ -13,15 +13,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 
-from .changes import ChangeSet
-from .format.coords import decode_coords
-from .format.ids import new_object_id
-from .format.manifest import attach_stats, encode_manifest, merge_refs, with_array_id
-from .format.structure import ManifestRef, Node, encode_structure, make_node
-from .format.txlog import NodeChange, chunk_changes, encode_txlog
-from .progress import Progress, track
-from .snapshot import SnapshotView, attributes_key, manifest_key, structure_key, txlog_key
-from .splitting import (
+from ..format.coords import decode_coords
+from ..format.ids import new_object_id
+from ..format.manifest import attach_stats, encode_manifest, merge_refs, with_array_id
+from ..format.structure import ManifestRef, Node, encode_structure, make_node
+from ..format.txlog import NodeChange, chunk_changes, encode_txlog
+from ..progress import Progress, track
+from ..splitting import (
     ArrayStats,
     ExistingManifest,
     ManifestConfig,
@@ -30,7 +28,9 @@ from .splitting import (
     plan_manifests,
     split_spec,
 )
-from .storage import Storage
+from ..storage import Storage
+from .changes import ChangeSet
+from .snapshot import SnapshotView, attributes_key, manifest_key, structure_key, txlog_key
 
 
 @dataclass(frozen=True, slots=True)

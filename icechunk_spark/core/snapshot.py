@@ -12,11 +12,11 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from .errors import NotFoundError
-from .format.coords import coord_keys
-from .format.manifest import decode_manifest, refs_of_array
-from .format.structure import ManifestRef, Node, decode_attributes, decode_structure, node_from_row
-from .storage import Storage
+from ..errors import NotFoundError
+from ..format.coords import coord_keys
+from ..format.manifest import decode_manifest, refs_of_array
+from ..format.structure import ManifestRef, Node, decode_attributes, decode_structure, node_from_row
+from ..storage import Storage
 
 RefKind = Literal["inline", "native", "virtual"]
 

@@ -23,11 +23,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import CHUNK_CONFLICT, Conflict
+from ..format.coords import decode_coords
+from ..format.structure import Node
+from ..format.txlog import TransactionLog
 from .changes import ChangeSet
-from .errors import CHUNK_CONFLICT, Conflict
-from .format.coords import decode_coords
-from .format.structure import Node
-from .format.txlog import TransactionLog
 
 OnConflict = Literal["fail", "ours", "theirs"]
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from .errors import (
+from ..errors import (
     CommitStateUnknownError,
     IcechunkSparkError,
     NotFoundError,
@@ -33,9 +33,9 @@ from .errors import (
     StorageError,
     StorageNotFoundError,
 )
-from .format.ids import new_object_id
-from .format.state import State, decode_state, encode_state
-from .storage import Storage
+from ..format.ids import new_object_id
+from ..format.state import State, decode_state, encode_state
+from ..storage import Storage
 
 HINT_KEY = "icechunk.json"
 STATE_PREFIX = "t/"

@@ -9,20 +9,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from . import gc, history
+from ..errors import AlreadyExistsError, InvalidInputError, NotFoundError
+from ..format.ids import new_object_id
+from ..format.state import Ref, SnapshotInfo, State
+from ..format.structure import Node, encode_structure
+from ..ops import gc, history
+from ..progress import Progress, track
+from ..splitting import ManifestConfig, default_config, parse_config
+from ..storage import Storage, open_storage
 from .config import RepositoryConfig
 from .containers import Authorization, VirtualReader
-from .errors import AlreadyExistsError, InvalidInputError, NotFoundError
-from .format.ids import new_object_id
-from .format.state import Ref, SnapshotInfo, State
-from .format.structure import Node, encode_structure
 from .preload import start_preload
-from .progress import Progress, track
 from .refs import publish_state, read_latest_state, state_key, update_state
 from .session import Session
 from .snapshot import ChunkRef, ManifestCache, SnapshotView, chunk_key, structure_key
-from .splitting import ManifestConfig, default_config, parse_config
-from .storage import Storage, open_storage
 
 DEFAULT_BRANCH = "main"
 

@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .format.coords import coord_keys, keys_to_coords
-from .format.manifest import REF_SCHEMA, conform_refs, merge_refs, with_array_id
-from .format.structure import ManifestRef, Node
+from ..format.coords import coord_keys, keys_to_coords
+from ..format.manifest import REF_SCHEMA, conform_refs, merge_refs, with_array_id
+from ..format.structure import ManifestRef, Node
 from .snapshot import ChunkRef, row_ref
 
 # A pending single-chunk change: a ref, or None for a deletion (a tombstone).
