@@ -37,9 +37,9 @@ from zarr.abc.store import (
 )
 from zarr.core.buffer import Buffer, BufferPrototype
 
-from .core.session import normalize_path
 from .core.snapshot import ChunkRef
 from .errors import AlreadyExistsError, InvalidInputError, NotFoundError, ReadOnlyError
+from .format.paths import normalize_path
 from .format.structure import ArrayMeta, Node, make_node
 
 if TYPE_CHECKING:

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from ..format.coords import decode_coords
 from ..format.ids import new_object_id
+from ..format.keys import attributes_key, manifest_key, structure_key, txlog_key
 from ..format.manifest import attach_stats, encode_manifest, merge_refs, with_array_id
 from ..format.structure import ManifestRef, Node, encode_structure, make_node
 from ..format.txlog import NodeChange, chunk_changes, encode_txlog
@@ -30,7 +31,7 @@ from ..splitting import (
 )
 from ..storage import Storage
 from .changes import ChangeSet
-from .snapshot import SnapshotView, attributes_key, manifest_key, structure_key, txlog_key
+from .snapshot import SnapshotView
 
 
 @dataclass(frozen=True, slots=True)

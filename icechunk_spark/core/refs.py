@@ -34,19 +34,13 @@ from ..errors import (
     StorageNotFoundError,
 )
 from ..format.ids import new_object_id
+from ..format.keys import HINT_KEY, STATE_PREFIX, state_key
 from ..format.state import State, decode_state, encode_state
 from ..storage import Storage
 
-HINT_KEY = "icechunk.json"
-STATE_PREFIX = "t/"
 MAX_CAS_ATTEMPTS = 100
 # Attempts at creating one state file when storage fails or answers ambiguously.
 PUBLISH_ATTEMPTS = 5
-
-
-def state_key(generation: int) -> str:
-    # Zero-padded so listing order is generation order.
-    return f"{STATE_PREFIX}{generation:020d}"
 
 
 def read_latest_state(storage: Storage) -> State:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import AlreadyExistsError, InvalidInputError, NotFoundError
 from ..format.ids import new_object_id
+from ..format.keys import MANIFESTS_PREFIX, chunk_key, object_id, state_key, structure_key
 from ..format.state import Ref, SnapshotInfo, State
 from ..format.structure import Node, encode_structure
 from ..ops import gc, history
@@ -20,9 +21,9 @@ from ..storage import Storage, open_storage
 from .config import RepositoryConfig
 from .containers import Authorization, VirtualReader
 from .preload import start_preload
-from .refs import publish_state, read_latest_state, state_key, update_state
+from .refs import publish_state, read_latest_state, update_state
 from .session import Session
-from .snapshot import ChunkRef, ManifestCache, SnapshotView, chunk_key, structure_key
+from .snapshot import ChunkRef, ManifestCache, SnapshotView
 
 DEFAULT_BRANCH = "main"
 
@@ -315,7 +316,10 @@ class Repository:
                 members.setdefault(m.manifest_id, []).append(node)
                 refs[m.manifest_id] = refs.get(m.manifest_id, 0) + m.ref_count
                 set_names[m.manifest_id] = m.set_name
-        sizes = {info.key[len("m/") :]: info.size for info in self.storage.list("m/")}
+        sizes = {
+            object_id(info.key, MANIFESTS_PREFIX): info.size
+            for info in self.storage.list(MANIFESTS_PREFIX)
+        }
         return [
             ManifestInfo(
                 id=mid,

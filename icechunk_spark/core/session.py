@@ -28,7 +28,9 @@ from ..errors import (
 )
 from ..format.coords import decode_coords, encode_coord, encode_coords
 from ..format.ids import new_node_id, new_object_id
+from ..format.keys import chunk_key, state_key, txlog_key
 from ..format.manifest import attach_stats, conform_refs, merge_refs
+from ..format.paths import normalize_path
 from ..format.state import Ref, SnapshotInfo, State
 from ..format.structure import ManifestRef, Node, make_node
 from ..format.txlog import decode_txlog
@@ -47,8 +49,8 @@ from .config import RepositoryConfig
 from .conflicts import OnConflict, Theirs, find_conflicts, resolve
 from .containers import resolve_url
 from .flush import BuiltSnapshot, build_snapshot, current_nodes
-from .refs import state_key, update_state
-from .snapshot import ChunkRef, SnapshotView, chunk_key, txlog_key
+from .refs import update_state
+from .snapshot import ChunkRef, SnapshotView
 
 if TYPE_CHECKING:
     from ..zarr_store import IcechunkStore
@@ -87,21 +89,6 @@ class ChangeSummary:
 
     def is_empty(self) -> bool:
         return not (self.created or self.updated or self.deleted or self.chunks)
-
-
-XARRAY_UNNAMED = "__xarray_dataarray_variable__"
-
-
-def normalize_path(path: str) -> str:
-    """``'a/b'``, ``'/a/b/'`` -> ``'/a/b'``; ``''`` and ``'/'`` -> ``'/'``."""
-    parts = [p for p in path.split("/") if p]
-    for part in parts:
-        # The v3 spec reserves '__' names; xarray's name for an unnamed DataArray is one
-        # that zarr itself accepts, so it is let through.
-        reserved = part.startswith("__") and part != XARRAY_UNNAMED
-        if part in (".", "..") or reserved:
-            raise InvalidInputError(f"invalid node path {path!r}: segment {part!r} is not allowed")
-    return "/" + "/".join(parts)
 
 
 class Session:

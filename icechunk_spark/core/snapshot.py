@@ -14,31 +14,12 @@ import pyarrow as pa
 
 from ..errors import NotFoundError
 from ..format.coords import coord_keys
+from ..format.keys import attributes_key, manifest_key, structure_key
 from ..format.manifest import decode_manifest, refs_of_array
 from ..format.structure import ManifestRef, Node, decode_attributes, decode_structure, node_from_row
 from ..storage import Storage
 
 RefKind = Literal["inline", "native", "virtual"]
-
-
-def manifest_key(manifest_id: str) -> str:
-    return f"m/{manifest_id}"
-
-
-def structure_key(structure_id: str) -> str:
-    return f"s/{structure_id}"
-
-
-def attributes_key(attrs_id: str) -> str:
-    return f"a/{attrs_id}"
-
-
-def chunk_key(chunk_id: str) -> str:
-    return f"c/{chunk_id}"
-
-
-def txlog_key(snapshot_id: str) -> str:
-    return f"x/{snapshot_id}"
 
 
 @dataclass(frozen=True, slots=True)

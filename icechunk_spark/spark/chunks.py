@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.snapshot import chunk_key
 from ..errors import InvalidInputError
 from ..format.ids import new_object_id
+from ..format.keys import chunk_key
 from ..storage import Storage
 
 DEFAULT_PACK_BYTES = 64 * 1024 * 1024

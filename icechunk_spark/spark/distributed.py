@@ -31,8 +31,8 @@ import pyarrow.compute as pc
 from ..core.flush import write_array_manifest
 from ..core.repository import Repository
 from ..core.session import Session
-from ..core.snapshot import manifest_key
 from ..errors import InvalidInputError
+from ..format.keys import manifest_key
 from ..format.manifest import decode_manifest, merge_refs, refs_of_array
 from ..format.structure import ManifestRef, Node
 from ..storage import Storage

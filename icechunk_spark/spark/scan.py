@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..core.snapshot import manifest_key
 from ..errors import FormatError, InvalidInputError, NotFoundError
+from ..format.keys import manifest_key
 from ..format.manifest import REF_SCHEMA, refs_of_array
 from ..format.parquet import read_parquet_bytes
 from ..format.structure import Node

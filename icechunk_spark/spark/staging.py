@@ -19,10 +19,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..core.containers import resolve_url
-from ..core.session import normalize_path
 from ..errors import InvalidInputError
 from ..format.coords import encode_coords
+from ..format.keys import chunk_key
 from ..format.parquet import read_parquet_bytes
+from ..format.paths import normalize_path
 from ..storage import Storage
 from .chunks import ChunkCodec, ChunkObjectWriter
 from .plan import ArrayTarget, WritePlan
@@ -332,7 +333,7 @@ class Stager:
 
     def discard(self) -> None:
         """Delete everything this attempt wrote (best effort: the coordinator sweeps too)."""
-        written = [f"c/{i}" for i in (self._writer.written if self._writer else [])]
+        written = [chunk_key(i) for i in (self._writer.written if self._writer else [])]
         self.storage.delete([*self.result.keys, *written])
         self.result.files.clear()
 

@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core.containers import file_checksum, resolve_target
-from ..core.session import normalize_path
 from ..errors import InvalidInputError, NotFoundError
 from ..format.coords import encode_coords
+from ..format.paths import normalize_path
 from .references import ArrayRefs, ReferenceSet
 
 if TYPE_CHECKING:
