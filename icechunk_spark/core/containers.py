@@ -55,24 +55,20 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from ..errors import IcechunkSparkError, InvalidInputError, NotFoundError, StorageError
+from ..errors import (
+    IcechunkSparkError,
+    InvalidInputError,
+    NotFoundError,
+    SourceChangedError,
+    StorageError,
+    VirtualRangeError,
+    VirtualRefRefusedError,
+)
 
 Authorization = Mapping[str, Mapping[str, Any]]
 
 # Characters whose meaning differs between filesystems, HTTP servers and object stores.
 _FORBIDDEN = ("\\", "?", "#")
-
-
-class VirtualRefRefusedError(InvalidInputError):
-    """A virtual ref points outside the allowed containers, or its container is not authorized."""
-
-
-class SourceChangedError(IcechunkSparkError):
-    """The file a virtual ref points into changed after the ref was written (checksum differs)."""
-
-
-class VirtualRangeError(StorageError):
-    """A virtual ref asks for bytes past the end of its file (truncated or a wrong ref)."""
 
 
 @dataclass(frozen=True, slots=True)

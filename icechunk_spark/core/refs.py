@@ -20,15 +20,13 @@ Two things make this truthful under faults:
 from __future__ import annotations
 
 import contextlib
-import random
-import time
 from collections.abc import Callable
 from dataclasses import replace
 
 from ..errors import (
     CommitStateUnknownError,
-    IcechunkSparkError,
     NotFoundError,
+    RetriesExhaustedError,
     StorageCredentialsError,
     StorageError,
     StorageNotFoundError,
@@ -36,6 +34,7 @@ from ..errors import (
 from ..format.ids import new_object_id
 from ..format.keys import HINT_KEY, STATE_PREFIX, state_key
 from ..format.state import State, decode_state, encode_state
+from ..retry import CAS_BACKOFF
 from ..storage import Storage
 
 MAX_CAS_ATTEMPTS = 100
@@ -122,7 +121,7 @@ def _create_exactly(storage: Storage, key: str, data: bytes) -> bool:
             pass
         except StorageError as exc:
             reason = str(exc)
-        _backoff(attempt)
+        CAS_BACKOFF.sleep(attempt)
     raise CommitStateUnknownError(
         None, f"creating {key!r} in {storage.url} failed {PUBLISH_ATTEMPTS} times ({reason})"
     )
@@ -141,12 +140,8 @@ def update_state(storage: Storage, change: Callable[[State], State | None]) -> S
             return current
         if publish_state(storage, proposed):
             return proposed
-        _backoff(attempt)
-    raise IcechunkSparkError(
+        CAS_BACKOFF.sleep(attempt)
+    raise RetriesExhaustedError(
         f"gave up after {MAX_CAS_ATTEMPTS} lost compare-and-swap races on {storage.url}; "
         "too many concurrent writers, retry later"
     )
-
-
-def _backoff(attempt: int) -> None:
-    time.sleep(min(0.5, 0.005 * (2 ** min(attempt, 7))) * random.random())

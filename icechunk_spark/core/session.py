@@ -2,93 +2,44 @@
 
 from __future__ import annotations
 
-import functools
 import json
-import random
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from ..errors import (
-    AlreadyExistsError,
-    CommitStateUnknownError,
-    Conflict,
-    ConflictError,
-    IcechunkSparkError,
-    InvalidInputError,
-    NotFoundError,
-    ReadOnlyError,
-    StaleSessionError,
-)
-from ..format.coords import decode_coords, encode_coord, encode_coords
-from ..format.ids import new_node_id, new_object_id
-from ..format.keys import chunk_key, state_key, txlog_key
-from ..format.manifest import attach_stats, conform_refs, merge_refs
-from ..format.paths import normalize_path
-from ..format.state import Ref, SnapshotInfo, State
-from ..format.structure import ManifestRef, Node, make_node
-from ..format.txlog import decode_txlog
-from ..inventory import (
+from ..chunks.codec import chunk_codec
+from ..chunks.stats import (
     ChunkStats,
     StatsLog,
-    chunk_codec,
     chunk_values_stats,
     encoded_chunk_stats,
     stats_enabled,
+    stats_table,
 )
+from ..errors import AlreadyExistsError, InvalidInputError, NotFoundError, ReadOnlyError
+from ..format.coords import coverage, decode_coords, encode_coord
+from ..format.ids import new_node_id, new_object_id
+from ..format.keys import chunk_key
+from ..format.manifest import attach_stats, merge_refs
+from ..format.paths import normalize_path
+from ..format.structure import ManifestRef, Node, make_node
 from ..progress import Progress
 from ..splitting import ManifestConfig
-from .changes import ChangeSet
+from .changes import ChangeSet, ChangeSummary
+from .commit import Commit
 from .config import RepositoryConfig
-from .conflicts import OnConflict, Theirs, find_conflicts, resolve
+from .conflicts import ConflictPolicy, OnConflict
 from .containers import resolve_url
-from .flush import BuiltSnapshot, build_snapshot, current_nodes
-from .refs import update_state
+from .flush import current_nodes
+from .node_docs import array_doc, group_doc
+from .ref_tables import check_coord, ref_table
 from .snapshot import ChunkRef, SnapshotView
 
 if TYPE_CHECKING:
     from ..zarr_store import IcechunkStore
     from .repository import Repository
-
-MAX_REBASES = 200
-
-
-def _backoff(attempt: int) -> None:
-    time.sleep(random.random() * min(1.0, 0.01 * 2 ** min(attempt, 7)))
-
-
-class _BranchMoved(Exception):
-    """Internal: the branch tip is not our parent any more (carries the state seen)."""
-
-    def __init__(self, state: State) -> None:
-        self.state = state
-
-
-class _CollectedSince(Exception):
-    """Internal: garbage collection started after our objects were written (carries the
-    state with its fence)."""
-
-    def __init__(self, state: State) -> None:
-        self.state = state
-
-
-@dataclass(frozen=True, slots=True)
-class ChangeSummary:
-    """What a session changed: paths of nodes, and chunk counts per array path."""
-
-    created: tuple[str, ...]
-    updated: tuple[str, ...]
-    deleted: tuple[str, ...]
-    chunks: Mapping[str, int]
-
-    def is_empty(self) -> bool:
-        return not (self.created or self.updated or self.deleted or self.chunks)
 
 
 class Session:
@@ -176,8 +127,12 @@ class Session:
         return [nodes[p] for p in sorted(nodes)]
 
     def create_group(self, path: str = "/", attributes: Mapping[str, Any] | None = None) -> Node:
-        doc = {"zarr_format": 3, "node_type": "group", "attributes": dict(attributes or {})}
-        return self.set_node_metadata(path, json.dumps(doc).encode(), create_only=True)
+        """Create a group at ``path`` (default: the root).
+
+        Raises:
+            AlreadyExistsError: a group or array exists there already.
+        """
+        return self.set_node_metadata(path, group_doc(attributes), create_only=True)
 
     def create_array(
         self,
@@ -191,25 +146,23 @@ class Session:
         attributes: Mapping[str, Any] | None = None,
         codecs: Sequence[Mapping[str, Any]] | None = None,
     ) -> Node:
-        """Create an array from its Zarr v3 metadata (bytes codec, no compression, by default)."""
-        doc: dict[str, Any] = {
-            "zarr_format": 3,
-            "node_type": "array",
-            "shape": [int(s) for s in shape],
-            "data_type": dtype,
-            "chunk_grid": {
-                "name": "regular",
-                "configuration": {"chunk_shape": [int(c) for c in chunk_shape]},
-            },
-            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-            "fill_value": fill_value,
-            "codecs": list(codecs or [{"name": "bytes", "configuration": {"endian": "little"}}]),
-            "attributes": dict(attributes or {}),
-        }
-        if dimension_names is not None:
-            doc["dimension_names"] = list(dimension_names)
-        _validate_array_doc(path, doc)
-        return self.set_node_metadata(path, json.dumps(doc).encode(), create_only=True)
+        """Create an array from its Zarr v3 metadata (bytes codec, no compression, by default).
+
+        Raises:
+            AlreadyExistsError: a group or array exists at ``path`` already.
+            InvalidInputError: zarr does not accept the metadata.
+        """
+        doc = array_doc(
+            path,
+            shape,
+            chunk_shape,
+            dtype,
+            fill_value=fill_value,
+            dimension_names=dimension_names,
+            attributes=attributes,
+            codecs=codecs,
+        )
+        return self.set_node_metadata(path, doc, create_only=True)
 
     def set_node_metadata(self, path: str, zarr_json: bytes, *, create_only: bool = False) -> Node:
         """Create the node at ``path`` or replace its ``zarr.json`` (exact bytes are kept)."""
@@ -225,17 +178,8 @@ class Session:
                 raise InvalidInputError(
                     f"{path!r} is a {existing.type}; delete it before writing a {node.type} there"
                 )
-            self._record_metadata(path, node, existing)
+            self._changes.record_node(node, existed=existing is not None)
             return node
-
-    def _record_metadata(self, path: str, node: Node, existing: Node | None) -> None:
-        changes = self._changes
-        if path in changes.created:
-            changes.created[path] = node
-        elif existing is not None:
-            changes.updated[path] = node
-        else:
-            changes.created[path] = node
 
     def delete_node(self, path: str, *, recursive: bool = True) -> None:
         """Delete the node at ``path`` (and, by default, everything below it)."""
@@ -252,15 +196,7 @@ class Session:
                     n for n in self.list_nodes() if n.path.startswith(prefix) and n.path != path
                 ]
             for victim in doomed:
-                self._forget(victim)
-
-    def _forget(self, node: Node) -> None:
-        changes = self._changes
-        changes.updated.pop(node.path, None)
-        changes.chunks.pop(node.id, None)
-        changes.attached.pop(node.id, None)
-        if changes.created.pop(node.path, None) is None:
-            changes.deleted[node.path] = self._base.nodes[node.path]
+                self._changes.forget(victim, self._base.nodes.get(victim.path))
 
     def _array(self, path: str) -> Node:
         node = self.get_node(path)
@@ -273,7 +209,7 @@ class Session:
         """Store one chunk's (encoded) bytes: inline when small, else as a chunk file in ``c/``."""
         self._require_writable()
         node = self._array(path)
-        coord = self._check_coord(node, coord)
+        coord = check_coord(node, coord)
         data = bytes(data)
         stats = None
         if stats_enabled(self._repo.config.chunk_statistics, node.path):
@@ -285,7 +221,7 @@ class Session:
         come from the values, no decoding)."""
         self._require_writable()
         node = self._array(path)
-        coord = self._check_coord(node, coord)
+        coord = check_coord(node, coord)
         data = chunk_codec(node.zarr_json).encode(np.asarray(values))
         stats = None
         if stats_enabled(self._repo.config.chunk_statistics, node.path):
@@ -319,7 +255,7 @@ class Session:
         """Point one chunk at ``length`` bytes at ``offset`` of ``url`` (inside a container)."""
         self._require_writable()
         node = self._array(path)
-        coord = self._check_coord(node, coord)
+        coord = check_coord(node, coord)
         absolute, _ = resolve_url(url, self._repo.config.virtual_chunk_containers)
         if offset < 0 or length < 0:
             raise InvalidInputError(
@@ -338,7 +274,7 @@ class Session:
     def delete_chunk(self, path: str, coord: Sequence[int]) -> None:
         self._require_writable()
         node = self._array(path)
-        coord = self._check_coord(node, coord)
+        coord = check_coord(node, coord)
         with self._changes.lock:
             self._changes.array_changes(node).set(encode_coord(coord), None)
 
@@ -352,11 +288,7 @@ class Session:
         """
         self._require_writable()
         node = self._array(path)
-        assert node.meta is not None
-        table = _as_ref_table(refs, node.meta.ndim)
-        self._check_coords_in_grid(node, table)
-        self._check_one_location(node, table)
-        table = self._resolve_virtual_column(table)
+        table = ref_table(refs, node, self._repo.config.virtual_chunk_containers)
         with self._changes.lock:
             self._changes.array_changes(node).add_table(table)
         return int(table.num_rows)
@@ -390,7 +322,7 @@ class Session:
     def get_chunk_ref(self, path: str, coord: Sequence[int]) -> ChunkRef | None:
         """Where the chunk's bytes are, or ``None`` when it was never written."""
         node = self._array(path)
-        coord = self._check_coord(node, coord)
+        coord = check_coord(node, coord)
         key = encode_coord(coord)
         with self._changes.lock:
             changes = self._changes.chunks.get(node.id)
@@ -435,86 +367,22 @@ class Session:
 
     def chunk_inventory(self, path: str) -> np.ndarray:
         """Which chunks the array has, as a boolean array over its chunk grid."""
-        from ..inventory import chunk_inventory
-
-        return chunk_inventory(self, path)
+        node = self._array(path)
+        assert node.meta is not None
+        return coverage(self.chunk_coords(path), node.meta.grid_shape)
 
     def chunk_stats(self, path: str) -> pa.Table:
         """Coords and ``stat_*`` columns of the array's chunks (see ``inventory``)."""
-        from ..inventory import chunk_stats
-
-        return chunk_stats(self, path)
-
-    def _check_coord(self, node: Node, coord: Sequence[int]) -> tuple[int, ...]:
+        node = self._array(path)
         assert node.meta is not None
-        coord = tuple(int(c) for c in coord)
-        grid = node.meta.grid_shape
-        if len(coord) != len(grid) or any(
-            not 0 <= c < g for c, g in zip(coord, grid, strict=False)
-        ):
-            raise InvalidInputError(
-                f"chunk coord {coord} is outside the chunk grid {grid} of array {node.path!r}"
-            )
-        return coord
-
-    def _check_coords_in_grid(self, node: Node, table: pa.Table) -> None:
-        assert node.meta is not None
-        if table.num_rows == 0 or node.meta.ndim == 0:
-            return
-        coords = decode_coords(table.column("coord"), node.meta.ndim)
-        outside = np.any(coords >= np.asarray(node.meta.grid_shape, dtype=np.int64), axis=1)
-        if outside.any():
-            first = tuple(int(c) for c in coords[int(np.argmax(outside))])
-            raise InvalidInputError(
-                f"{int(outside.sum())} chunk coords lie outside the chunk grid "
-                f"{node.meta.grid_shape} of array {node.path!r}, the first {first}"
-            )
-
-    @staticmethod
-    def _check_one_location(node: Node, table: pa.Table) -> None:
-        located = [
-            pc.cast(pc.is_valid(table.column(c)), pa.int8())
-            for c in ("inline_data", "chunk_id", "virtual_path")
-        ]
-        count = pc.add(pc.add(located[0], located[1]), located[2])
-        bad = pc.not_equal(count, 1)
-        if pc.any(bad).as_py():
-            raise InvalidInputError(
-                f"every ref for array {node.path!r} needs exactly one of inline_data, chunk_id, "
-                f"virtual_path; {pc.sum(pc.cast(bad, pa.int64())).as_py()} rows do not"
-            )
-
-    def _resolve_virtual_column(self, table: pa.Table) -> pa.Table:
-        column = table.column("virtual_path")
-        if column.null_count == len(column):
-            return table
-        containers = self._repo.config.virtual_chunk_containers
-        unique = pc.unique(column.drop_null()).to_pylist()
-        resolved = {u: resolve_url(u, containers)[0] for u in unique}
-        if all(k == v for k, v in resolved.items()):
-            return table
-        mapped = pa.array(
-            [resolved.get(v) if v is not None else None for v in column.to_pylist()], pa.string()
-        )
-        return table.set_column(
-            table.schema.get_field_index("virtual_path"), "virtual_path", mapped
-        )
+        return stats_table(self.chunk_refs(path), node.meta)
 
     # -- status and commit ----------------------------------------------------------------
     def status(self) -> ChangeSummary:
+        """What this session changed so far: node paths, and changed chunks per array."""
         with self._changes.lock:
-            changes = self._changes
-            paths = {n.id: p for p, n in current_nodes(self._base, changes).items()}
-            return ChangeSummary(
-                created=tuple(sorted(changes.created)),
-                updated=tuple(sorted(changes.updated)),
-                deleted=tuple(sorted(changes.deleted)),
-                chunks={
-                    paths[i]: len(c.changed_coords())
-                    for i, c in changes.chunks.items()
-                    if len(c) and i in paths
-                },
-            )
+            nodes = current_nodes(self._base, self._changes)
+            return self._changes.summary({n.id: p for p, n in nodes.items()})
 
     def discard_changes(self) -> None:
         """Forget every uncommitted change (chunk files already written become garbage)."""
@@ -541,198 +409,34 @@ class Session:
             InvalidInputError: nothing to commit.
         """
         self._require_writable()
-        if on_conflict not in ("fail", "ours", "theirs"):
-            raise InvalidInputError(
-                f"on_conflict must be 'fail', 'ours' or 'theirs', not {on_conflict!r}"
-            )
+        policy = ConflictPolicy.parse(on_conflict)
         if self._changes.is_empty():
             raise InvalidInputError("no changes to commit; write something first")
         assert self.branch is not None
         user_metadata = dict(metadata or {})
         json.dumps(user_metadata)  # metadata must be JSON: fail before writing anything
-        for attempt in range(MAX_REBASES):
-            built = build_snapshot(
-                self._repo.storage,
-                self._base,
-                self._changes,
-                self._manifest_config or self._repo.manifest_config,
-                self._repo.pool,
-                self._stats.tables(),
-                progress,
-            )
-            try:
-                published = update_state(
-                    self._repo.storage,
-                    functools.partial(
-                        self._next_state, built=built, message=message, metadata=user_metadata
-                    ),
-                )
-            except CommitStateUnknownError as unknown:
-                raise CommitStateUnknownError(built.snapshot_id, unknown.reason) from unknown
-            except _CollectedSince as collected:
-                self._protect_from_gc(collected.state)
-                continue
-            except _BranchMoved as moved:
-                self._rebase(moved.state, on_conflict)
-                _backoff(attempt)  # many writers on one branch: spread out so each gets a turn
-                continue
-            if self._config_change is not None:
-                self._repo.adopt_config(published.config)
-            self._committed = True
-            self.read_only = True
-            self._base = SnapshotView(built.snapshot_id, built.nodes, self._repo.manifest_cache)
-            self._repo.remember_view(self._base)
-            return built.snapshot_id
-        raise IcechunkSparkError(
-            f"gave up committing to {self.branch!r} after {MAX_REBASES} rebases onto concurrent "
-            "commits; the branch is too busy, retry later"
+        commit = Commit(
+            self._repo,
+            self.branch,
+            self._base,
+            self._changes,
+            self._stats,
+            fresh_since=self._fresh_since,
+            manifest_config=self._manifest_config or self._repo.manifest_config,
+            config_change=self._config_change,
         )
-
-    def _next_state(
-        self, state: State, built: BuiltSnapshot, message: str, metadata: Mapping[str, Any]
-    ) -> State:
-        assert self.branch is not None
-        fence = state.gc_fence
-        if fence is not None and fence.generation > self._fresh_since:
-            raise _CollectedSince(state)
-        tip = state.branch(self.branch).snapshot_id
-        if tip != self._base.snapshot_id:
-            raise _BranchMoved(state)
-        parent = state.snapshots.get(tip)
-        now = int(time.time() * 1000)
-        info = SnapshotInfo(
-            id=built.snapshot_id,
-            parent_id=tip,
-            # Never before the parent, so as_of lookups stay ordered along a branch.
-            timestamp_ms=max(now, parent.timestamp_ms if parent else now),
-            structure_file=built.structure_id,
-            message=message,
-            metadata=metadata,
-        )
-        config = state.config
+        try:
+            committed = commit.run(message, user_metadata, policy, progress)
+        finally:  # a failed commit leaves the session rebased as far as it got
+            self._base, self._fresh_since = commit.base, commit.fresh_since
         if self._config_change is not None:
-            config = self._config_change(RepositoryConfig.from_dict(config)).to_dict()
-        return state.next(
-            snapshots={**state.snapshots, info.id: info},
-            refs={**state.refs, self.branch: Ref(self.branch, info.id, "branch")},
-            config=config,
-        )
-
-    def _protect_from_gc(self, state: State) -> None:
-        """Make sure GC (whose fence ``state`` carries) cannot delete what we will publish.
-
-        GC deletes only objects older than its cut-off and older than its fence. If this
-        session's objects all postdate the cut-off, nothing is to do. Otherwise the chunk files
-        our changes reference are copied to new ids (written after the fence, so GC keeps
-        them); manifests and the structure are rebuilt anyway. What is already gone cannot be
-        saved: then the commit stops before publishing.
-
-        Raises:
-            StaleSessionError: GC deleted a chunk file this session wrote, or manifests were
-                attached (their chunk files cannot be re-checked here).
-        """
-        fence = state.gc_fence
-        assert fence is not None
-        began_ms = self._fresh_since_ms()
-        if began_ms is not None and fence.cutoff_ms <= began_ms:
-            self._fresh_since = state.generation  # the cut-off predates every object of ours
-            return
-        cutoff = datetime.fromtimestamp(fence.cutoff_ms / 1000, tz=UTC).isoformat()
-        if self._changes.attached:
-            raise StaleSessionError(
-                f"garbage collection with a cut-off of {cutoff} started while this session "
-                "was writing, and may delete the chunk files of its attached manifests; "
-                "nothing was committed: run the write again"
-            )
-        with self._changes.lock:
-            renamed = self._copy_chunk_files(sorted(self._changes.chunk_ids()), cutoff)
-            self._changes.rename_chunks(renamed)
-            self._stats.rename_chunks(renamed)
-        self._fresh_since = state.generation
-
-    def _fresh_since_ms(self) -> int | None:
-        """When (storage clock) the state ``fresh_since`` was written; None if unknown/gone."""
-        if self._fresh_since < 0:
-            return None
-        key = state_key(self._fresh_since)
-        return next((i.modified_ms for i in self._repo.storage.list(key) if i.key == key), None)
-
-    def _copy_chunk_files(self, chunk_ids: Sequence[str], cutoff: str) -> dict[str, str]:
-        storage = self._repo.storage
-
-        def copy(old: str) -> tuple[str, str]:
-            try:
-                data = storage.get(chunk_key(old))
-            except NotFoundError:
-                raise StaleSessionError(
-                    f"garbage collection with a cut-off of {cutoff} deleted chunk file "
-                    f"{chunk_key(old)!r}, written by this session before the cut-off; nothing "
-                    "was committed: write the data again in a new session, and collect garbage "
-                    "with a cut-off older than the longest write (e.g. 7 days)"
-                ) from None
-            new = new_object_id()
-            storage.put(chunk_key(new), data)
-            return old, new
-
-        return dict(self._repo.pool.map(copy, chunk_ids))
-
-    def _rebase(self, state: State, on_conflict: OnConflict) -> None:
-        assert self.branch is not None
-        tip = state.branch(self.branch).snapshot_id
-        storage = self._repo.storage
-        logs = [
-            decode_txlog(storage.get(txlog_key(s)), txlog_key(s))
-            for s in self._snapshots_since_base(state, tip)
-        ]
-        tip_view = self._repo.snapshot_view(tip, state)
-        with self._changes.lock:
-            nodes = current_nodes(self._base, self._changes)
-            found = find_conflicts(
-                self._changes,
-                Theirs.from_logs(logs),
-                {n.id: n for n in nodes.values()},
-                {n.id: n for n in tip_view.nodes.values()},
-            )
-            left = resolve(found, self._changes, on_conflict)
-            if left:
-                raise ConflictError(left, self.branch)
-        self._base = tip_view
-
-    def _snapshots_since_base(self, state: State, tip: str) -> list[str]:
-        """The snapshots from ``tip`` down to our base (excluded): all we must rebase over.
-
-        Raises:
-            ConflictError: the branch does not descend from our base (it was reset elsewhere,
-                or our base was expired), or the way down crosses a parent link that expiry
-                re-linked, whose skipped snapshots' changes cannot be checked.
-        """
-        assert self.branch is not None
-        base = self._base.snapshot_id
-        path: list[str] = []
-        relinked: str | None = None
-        cursor: str | None = tip if base in state.snapshots else None
-        while cursor is not None and cursor != base:
-            info = state.snapshots.get(cursor)
-            if info is None:
-                cursor = None
-                break
-            if info.parent_relinked and relinked is None:
-                relinked = cursor
-            path.append(cursor)
-            cursor = info.parent_id
-        if cursor is None:
-            reason = (
-                "branch was reset to a snapshot that does not descend from ours, or this "
-                "session's base was expired"
-            )
-            raise ConflictError([Conflict(self.branch, reason)], self.branch)
-        if relinked is not None:
-            reason = (
-                f"snapshots committed since this session's base were expired (below "
-                f"{relinked}), so their changes cannot be checked"
-            )
-            raise ConflictError([Conflict(self.branch, reason)], self.branch)
-        return path
+            self._repo.adopt_config(committed.state.config)
+        self._committed = True
+        self.read_only = True
+        built = committed.built
+        self._base = SnapshotView(built.snapshot_id, built.nodes, self._repo.manifest_cache)
+        self._repo.remember_view(self._base)
+        return built.snapshot_id
 
     def _require_writable(self) -> None:
         if self._committed:
@@ -745,53 +449,3 @@ class Session:
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else "writable"
         return f"<Session {mode} branch={self.branch!r} snapshot={self.snapshot_id}>"
-
-
-def _validate_array_doc(path: str, doc: Mapping[str, Any]) -> None:
-    """Let zarr parse the metadata first: an invalid dtype or codec committed would make
-    every reader of the repository (``xr.open_zarr``) fail, not just this array's."""
-    from zarr.core.metadata.v3 import ArrayV3Metadata
-
-    try:
-        ArrayV3Metadata.from_dict(dict(doc))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidInputError(f"array {path!r}: invalid Zarr v3 metadata: {exc}") from exc
-
-
-def _as_ref_table(refs: pa.Table | Mapping[str, Any], ndim: int) -> pa.Table:
-    if not isinstance(refs, pa.Table):
-        refs = dict(refs)
-        coords = refs.get("coord")
-        if isinstance(coords, np.ndarray):
-            # A 0-d array's coords are (n, 0): -1 cannot be inferred from size 0.
-            rows = coords.shape[0] if coords.ndim else 1
-            refs["coord"] = encode_coords(
-                coords.reshape(rows, ndim) if ndim == 0 else coords.reshape(-1, ndim)
-            )
-        refs = pa.table(refs)
-    if "location" in refs.column_names and "virtual_path" not in refs.column_names:
-        refs = refs.rename_columns(
-            ["virtual_path" if c == "location" else c for c in refs.column_names]
-        )
-    if "coord" not in refs.column_names:
-        raise InvalidInputError("bulk refs need a 'coord' column")
-    coord = refs.column("coord")
-    if (
-        pa.types.is_list(coord.type)
-        or pa.types.is_large_list(coord.type)
-        or pa.types.is_fixed_size_list(coord.type)
-    ):
-        flat = pc.list_flatten(coord).to_numpy(zero_copy_only=False)
-        lengths = pc.list_value_length(coord).to_numpy(zero_copy_only=False)
-        if len(lengths) and not np.all(lengths == ndim):
-            raise InvalidInputError(f"every coord must have {ndim} indices")
-        if len(flat) and flat.min() < 0:
-            raise InvalidInputError("chunk coords must be >= 0")
-        refs = refs.set_column(
-            refs.schema.get_field_index("coord"), "coord", encode_coords(flat.reshape(-1, ndim))
-        )
-    elif not (pa.types.is_binary(coord.type) or pa.types.is_large_binary(coord.type)):
-        raise InvalidInputError(f"the 'coord' column must be list<int> or binary, not {coord.type}")
-    if "array_id" not in refs.column_names:
-        refs = refs.append_column("array_id", pa.array(np.zeros(refs.num_rows, np.uint64)))
-    return conform_refs(refs)

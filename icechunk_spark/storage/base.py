@@ -7,14 +7,13 @@ implements the same small surface so the core never knows where bytes live.
 from __future__ import annotations
 
 import builtins
-import random
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
 from ..errors import StorageError
+from ..retry import STORAGE_BACKOFF, Backoff
 
 T = TypeVar("T")
 
@@ -86,9 +85,13 @@ def with_retries(
     describe: str,
     attempts: int = 5,
     transient: tuple[type[BaseException], ...] = TRANSIENT_ERRORS,
-    base_delay: float = 0.05,
+    backoff: Backoff = STORAGE_BACKOFF,
 ) -> T:
-    """Run ``operation``, retrying transient failures with jittered exponential backoff."""
+    """Run ``operation``, retrying transient failures with jittered exponential backoff.
+
+    Raises:
+        StorageError: every attempt failed with a transient error.
+    """
     for attempt in range(attempts):
         try:
             return operation()
@@ -97,5 +100,5 @@ def with_retries(
                 raise
             if attempt == attempts - 1:
                 raise StorageError(f"{describe} failed after {attempts} attempts: {exc}") from exc
-            time.sleep(base_delay * (2**attempt) * (0.5 + random.random()))
+            backoff.sleep(attempt)
     raise AssertionError("unreachable")  # pragma: no cover

@@ -15,13 +15,12 @@ from fsspec.implementations.local import LocalFileSystem
 from icechunk_spark import NotFoundError, Repository
 from icechunk_spark.core.containers import (
     CoalesceSettings,
-    SourceChangedError,
     VirtualReader,
-    VirtualRefRefusedError,
     VirtualRequest,
     file_checksum,
     resolve_url,
 )
+from icechunk_spark.errors import SourceChangedError, VirtualRefRefusedError
 
 from .conftest import NUMCODECS_WARNING, RepoFactory
 

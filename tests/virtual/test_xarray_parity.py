@@ -419,7 +419,7 @@ def test_scalars_and_vlen_strings_read_like_xarray(
 def test_a_ref_past_the_end_of_its_file_names_the_file(
     data_dir: Path, make_repo: RepoFactory
 ) -> None:
-    from icechunk_spark.core.containers import VirtualRangeError
+    from icechunk_spark.errors import VirtualRangeError
 
     (data_dir / "short.bin").write_bytes(b"0123456789")
     repo = make_repo([data_dir.as_uri() + "/"])
