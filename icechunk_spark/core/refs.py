@@ -20,8 +20,10 @@ Two things make this truthful under faults:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Any
 
 from ..errors import (
     CommitStateUnknownError,
@@ -32,10 +34,12 @@ from ..errors import (
     StorageNotFoundError,
 )
 from ..format.ids import new_object_id
-from ..format.keys import HINT_KEY, STATE_PREFIX, state_key
-from ..format.state import State, decode_state, encode_state
+from ..format.keys import HINT_KEY, STATE_PREFIX, state_key, structure_key
+from ..format.state import Ref, SnapshotInfo, State, decode_state, encode_state
+from ..format.structure import encode_structure
 from ..retry import CAS_BACKOFF
 from ..storage import Storage
+from .branches import DEFAULT_BRANCH
 
 MAX_CAS_ATTEMPTS = 100
 # Attempts at creating one state file when storage fails or answers ambiguously.
@@ -144,4 +148,27 @@ def update_state(storage: Storage, change: Callable[[State], State | None]) -> S
     raise RetriesExhaustedError(
         f"gave up after {MAX_CAS_ATTEMPTS} lost compare-and-swap races on {storage.url}; "
         "too many concurrent writers, retry later"
+    )
+
+
+def initial_state(storage: Storage, config: Mapping[str, Any]) -> State:
+    """State 0 of a new repository: branch ``main`` at an empty snapshot, whose (empty)
+    structure file this writes; publishing the state is the caller's."""
+    empty_structure, _, _ = encode_structure([], new_object_id())
+    structure_id = new_object_id()
+    storage.put(structure_key(structure_id), empty_structure)
+    snapshot = SnapshotInfo(
+        id=new_object_id(),
+        parent_id=None,
+        timestamp_ms=int(time.time() * 1000),
+        structure_file=structure_id,
+        message="Repository initialized",
+    )
+    return State(
+        id=new_object_id(),
+        generation=0,
+        store_root=storage.url,
+        snapshots={snapshot.id: snapshot},
+        refs={DEFAULT_BRANCH: Ref(DEFAULT_BRANCH, snapshot.id, "branch")},
+        config=dict(config),
     )

@@ -13,25 +13,21 @@ from ..chunks.codec import chunk_codec
 from ..chunks.stats import (
     ChunkStats,
     StatsLog,
-    chunk_values_stats,
-    encoded_chunk_stats,
-    stats_enabled,
     stats_table,
 )
 from ..errors import AlreadyExistsError, InvalidInputError, NotFoundError, ReadOnlyError
 from ..format.coords import coverage, decode_coords, encode_coord
-from ..format.ids import new_node_id, new_object_id
-from ..format.keys import chunk_key
-from ..format.manifest import attach_stats, merge_refs
+from ..format.ids import new_node_id
 from ..format.paths import normalize_path
 from ..format.structure import ManifestRef, Node, make_node
 from ..progress import Progress
 from ..splitting import ManifestConfig
+from . import overlay
 from .changes import ChangeSet, ChangeSummary
+from .chunk_writes import store_chunk, virtual_ref, write_statistics
 from .commit import Commit
 from .config import RepositoryConfig
 from .conflicts import ConflictPolicy, OnConflict
-from .containers import resolve_url
 from .flush import current_nodes
 from .node_docs import array_doc, group_doc
 from .ref_tables import check_coord, ref_table
@@ -85,6 +81,7 @@ class Session:
 
     @property
     def repository(self) -> Repository:
+        """The repository this session reads and commits to."""
         return self._repo
 
     @property
@@ -95,23 +92,13 @@ class Session:
         return IcechunkStore(self)
 
     def has_uncommitted_changes(self) -> bool:
+        """Whether anything was written, deleted or attached since the session started."""
         return not self._changes.is_empty()
 
     # -- nodes ----------------------------------------------------------------------------
     def get_node(self, path: str) -> Node:
         """The group or array at ``path``. Raises ``NotFoundError``."""
-        path = normalize_path(path)
-        changes = self._changes
-        with changes.lock:
-            if path in changes.created:
-                return changes.created[path]
-            if path in changes.updated:
-                node = changes.updated[path]
-                base = self._base.nodes.get(path)
-                return make_node(node.id, path, node.zarr_json, base.manifests if base else ())
-            if path in changes.deleted:
-                raise NotFoundError(f"no group or array at {path!r} (deleted in this session)")
-        return self._base.node(path)
+        return overlay.node_at(self._base, self._changes, normalize_path(path))
 
     def find_node(self, path: str) -> Node | None:
         """The group or array at ``path``, or ``None`` when there is none."""
@@ -206,14 +193,17 @@ class Session:
 
     # -- chunks ---------------------------------------------------------------------------
     def set_chunk(self, path: str, coord: Sequence[int], data: bytes) -> None:
-        """Store one chunk's (encoded) bytes: inline when small, else as a chunk file in ``c/``."""
+        """Store one chunk's (encoded) bytes: inline when small, else as a chunk file in ``c/``.
+
+        Raises:
+            InvalidInputError: no array at ``path``, or ``coord`` outside its chunk grid.
+            ReadOnlyError: the session is read-only.
+        """
         self._require_writable()
         node = self._array(path)
         coord = check_coord(node, coord)
         data = bytes(data)
-        stats = None
-        if stats_enabled(self._repo.config.chunk_statistics, node.path):
-            stats = encoded_chunk_stats(node, coord, data)
+        stats = write_statistics(self._repo.config, node, coord, encoded=data)
         self._store_chunk(node, coord, data, stats)
 
     def set_chunk_values(self, path: str, coord: Sequence[int], values: np.ndarray) -> None:
@@ -222,21 +212,15 @@ class Session:
         self._require_writable()
         node = self._array(path)
         coord = check_coord(node, coord)
-        data = chunk_codec(node.zarr_json).encode(np.asarray(values))
-        stats = None
-        if stats_enabled(self._repo.config.chunk_statistics, node.path):
-            stats = chunk_values_stats(node, coord, np.asarray(values))
+        values = np.asarray(values)
+        data = chunk_codec(node.zarr_json).encode(values)
+        stats = write_statistics(self._repo.config, node, coord, values=values)
         self._store_chunk(node, coord, data, stats)
 
     def _store_chunk(
         self, node: Node, coord: tuple[int, ...], data: bytes, stats: ChunkStats | None
     ) -> None:
-        if len(data) <= self._repo.config.inline_chunk_threshold_bytes:
-            ref = ChunkRef("inline", inline_data=data, length=len(data))
-        else:
-            chunk_id = new_object_id()
-            self._repo.storage.put(chunk_key(chunk_id), data)
-            ref = ChunkRef("native", chunk_id=chunk_id, offset=0, length=len(data))
+        ref = store_chunk(self._repo.storage, self._repo.config, data)
         key = encode_coord(coord)
         with self._changes.lock:
             self._changes.array_changes(node).set(key, ref)
@@ -252,26 +236,32 @@ class Session:
         length: int,
         checksum: str | None = None,
     ) -> None:
-        """Point one chunk at ``length`` bytes at ``offset`` of ``url`` (inside a container)."""
+        """Point one chunk at bytes of another file (a virtual ref).
+
+        Args:
+            path: the array.
+            coord: the chunk's index in the chunk grid.
+            url: the file, inside one of the repository's virtual chunk containers (a
+                relative URL resolves against the only container).
+            offset: where the chunk's bytes start in the file.
+            length: how many bytes.
+            checksum: the file's checksum when the ref was made (``file_checksum``); readers
+                refuse the ref with ``SourceChangedError`` once the file changed.
+
+        Raises:
+            VirtualRefRefusedError: ``url`` lies outside the containers.
+            InvalidInputError: ``coord`` outside the chunk grid, or a negative offset/length.
+        """
         self._require_writable()
         node = self._array(path)
         coord = check_coord(node, coord)
-        absolute, _ = resolve_url(url, self._repo.config.virtual_chunk_containers)
-        if offset < 0 or length < 0:
-            raise InvalidInputError(
-                f"virtual ref for {node.path!r} {coord}: offset and length must be >= 0"
-            )
-        ref = ChunkRef(
-            "virtual",
-            virtual_path=absolute,
-            offset=int(offset),
-            length=int(length),
-            checksum=checksum,
-        )
+        containers = self._repo.config.virtual_chunk_containers
+        ref = virtual_ref(node, coord, url, offset, length, checksum, containers)
         with self._changes.lock:
             self._changes.array_changes(node).set(encode_coord(coord), ref)
 
     def delete_chunk(self, path: str, coord: Sequence[int]) -> None:
+        """Delete one chunk: readers see the array's fill value there."""
         self._require_writable()
         node = self._array(path)
         coord = check_coord(node, coord)
@@ -322,18 +312,7 @@ class Session:
     def get_chunk_ref(self, path: str, coord: Sequence[int]) -> ChunkRef | None:
         """Where the chunk's bytes are, or ``None`` when it was never written."""
         node = self._array(path)
-        coord = check_coord(node, coord)
-        key = encode_coord(coord)
-        with self._changes.lock:
-            changes = self._changes.chunks.get(node.id)
-            if changes is not None:
-                found, ref = changes.lookup(key)
-                if found:
-                    return ref
-        base = self._base.nodes.get(node.path)
-        if base is None or base.id != node.id:
-            return None
-        return self._base.lookup(base, coord, key)
+        return overlay.chunk_ref(self._base, self._changes, node, check_coord(node, coord))
 
     def get_chunk(
         self, path: str, coord: Sequence[int], byte_range: tuple[int, int | None] | None = None
@@ -352,18 +331,7 @@ class Session:
 
     def chunk_refs(self, path: str) -> pa.Table:
         """Every ref of the array (committed and uncommitted), sorted by coord."""
-        node = self._array(path)
-        assert node.meta is not None
-        layers = []
-        base = self._base.nodes.get(node.path)
-        if base is not None and base.id == node.id:
-            layers.extend(self._base.array_refs(base))
-        with self._changes.lock:
-            changes = self._changes.chunks.get(node.id)
-            if changes is not None:
-                stats = self._stats.table(node.id)
-                layers.extend(attach_stats(t, stats) for t in changes.layers(node.id))
-        return merge_refs(layers, node.meta.ndim)
+        return overlay.array_refs(self._base, self._changes, self._stats, self._array(path))
 
     def chunk_inventory(self, path: str) -> np.ndarray:
         """Which chunks the array has, as a boolean array over its chunk grid."""
@@ -400,13 +368,26 @@ class Session:
         """Atomically publish the changes as a new snapshot on the session's branch.
 
         If the branch moved since the session started, non-overlapping changes are rebased onto
-        the new tip. Returns the new snapshot id. ``progress`` hears the manifests being written.
+        the new tip (see ``core.commit``).
+
+        Args:
+            message: the commit message.
+            metadata: JSON-serialisable properties stored with the snapshot.
+            on_conflict: what to do with chunks a concurrent commit wrote too: a
+                ``ConflictPolicy`` or its name (``"fail"``, ``"ours"``, ``"theirs"``).
+            progress: hears the manifests being written.
+
+        Returns:
+            The new snapshot's id.
 
         Raises:
             ConflictError: our changes overlap a concurrent commit (and ``on_conflict`` is
                 ``"fail"``, or the overlap is not about chunks).
             ReadOnlyError: the session is read-only or has committed already.
-            InvalidInputError: nothing to commit.
+            InvalidInputError: nothing to commit, a bad policy, or metadata that is not JSON.
+            CommitStateUnknownError: storage could not say whether the commit landed.
+            StaleSessionError: garbage collection deleted objects this session wrote.
+            RetriesExhaustedError: the branch kept moving; nothing was committed.
         """
         self._require_writable()
         policy = ConflictPolicy.parse(on_conflict)

@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..core.branches import DEFAULT_BRANCH
 from ..core.refs import read_latest_state, update_state
 from ..core.snapshot import SnapshotView
 from ..errors import InvalidInputError
@@ -48,7 +49,7 @@ from ..format.structure import Node
 if TYPE_CHECKING:
     from ..core.repository import Repository
 
-DEFAULT_BRANCH = "main"  # the same name as repository.DEFAULT_BRANCH, which imports us
+
 # The columns that locate a chunk's bytes; two refs are equal when all of them are.
 _LOCATION_COLUMNS = ("inline_data", "chunk_id", "virtual_path", "offset", "length", "checksum")
 

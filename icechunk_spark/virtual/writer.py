@@ -20,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core.containers import file_checksum, resolve_target
+from ..core.containers import resolve_target
+from ..core.virtual_reads import file_checksum
 from ..errors import InvalidInputError, NotFoundError
 from ..format.coords import encode_coords
 from ..format.paths import normalize_path
