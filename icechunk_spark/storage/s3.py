@@ -126,16 +126,20 @@ class S3Storage(Storage):
         return self._call(create, f"creating {key!r}")
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        base = self._path(prefix)
+        # S3 lists by string prefix; s3fs takes it as a folder plus the start of a name in it.
+        folder, _, stem = prefix.rpartition("/")
+        base = self._path(folder) if folder else self.prefix
         try:
             found = self._call(
-                lambda: self.fs.find(base, detail=True), f"listing {prefix!r}", missing=""
+                lambda: self.fs.find(base, detail=True, prefix=stem),
+                f"listing {prefix!r}",
+                missing="",
             )
         except NotFoundError:
             return
         skip = len(self.prefix) + 1
         for path, info in found.items():
-            if info.get("type") == "directory":
+            if info.get("type") == "directory" or not path[skip:].startswith(prefix):
                 continue
             modified = info.get("LastModified")
             ms = int(modified.timestamp() * 1000) if isinstance(modified, datetime) else 0
@@ -148,7 +152,14 @@ class S3Storage(Storage):
             self._call(lambda b=batch: self.fs.rm(b), "deleting objects")  # type: ignore[misc]
 
     def exists(self, key: str) -> bool:
-        return bool(self._call(lambda: self.fs.exists(self._path(key)), f"checking {key!r}"))
+        def probe() -> bool:
+            # An object, not a "folder": s3fs's exists() is true for a prefix with objects.
+            try:
+                return bool(self.fs.info(self._path(key)).get("type") == "file")
+            except FileNotFoundError:
+                return False
+
+        return self._call(probe, f"checking {key!r}")
 
     def _call(self, operation: Callable[[], T], describe: str, missing: str | None = None) -> T:
         """Run ``operation`` with retries; failures become our errors.
