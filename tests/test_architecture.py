@@ -123,7 +123,7 @@ def test_no_import_cycle() -> None:
         path.append(module)
         for target in graph[module]:
             if state.get(target) == 1:
-                cycle = path[path.index(target) :] + [target]
+                cycle = [*path[path.index(target) :], target]
                 pytest.fail("import cycle: " + " -> ".join(cycle))
             if target not in state:
                 visit(target)

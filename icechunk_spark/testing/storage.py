@@ -61,6 +61,7 @@ except ImportError as exc:  # pragma: no cover - only without the test extra
 
 from ..errors import NotFoundError, StorageError
 from ..format.ids import new_object_id
+from ..retry import Backoff
 from ..storage.base import TRANSIENT_ERRORS, ObjectInfo, Storage, with_retries
 
 if TYPE_CHECKING:
@@ -71,6 +72,9 @@ if TYPE_CHECKING:
 __all__ = ["StorageTests", "TransientFaults"]
 
 Opener = Callable[[], Storage]
+
+# The retry tests check what is retried, not how long it waits.
+_NO_WAIT = Backoff(base_s=0.0, cap_s=0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,7 +458,7 @@ class StorageTests:
         # winning, attempt wrote.
         key = "t/00000000000000000003"
         attempt = _lose_first_answer(storage.put_if_absent, ConnectionError)
-        created = with_retries(lambda: attempt(key, b"mine"), f"creating {key!r}", base_delay=0)
+        created = with_retries(lambda: attempt(key, b"mine"), f"creating {key!r}", backoff=_NO_WAIT)
         assert attempt.calls == 2
         assert created is False, "the retry of a put_if_absent that landed finds the object"
         assert storage.get(key) == b"mine", "the object holds what the lost attempt wrote"
@@ -464,14 +468,14 @@ class StorageTests:
         runs = _lose_first_answer(storage.get, ConnectionRefusedError)
         storage.put("c/k", b"x")
         with pytest.raises(ConnectionRefusedError):
-            with_retries(lambda: runs("c/k"), "reading 'c/k'", base_delay=0)
+            with_retries(lambda: runs("c/k"), "reading 'c/k'", backoff=_NO_WAIT)
         assert runs.calls == 1, f"a refused connection was tried {runs.calls} times"
 
     def test_retries_are_bounded_and_end_in_a_storage_error(self, storage: Storage) -> None:
         storage.put("c/k", b"x")
         runs = _lose_first_answer(storage.get, TimeoutError, times=100)
         with pytest.raises(StorageError) as failure:
-            with_retries(lambda: runs("c/k"), "reading 'c/k'", attempts=3, base_delay=0)
+            with_retries(lambda: runs("c/k"), "reading 'c/k'", attempts=3, backoff=_NO_WAIT)
         assert runs.calls == 3, f"3 attempts were allowed, {runs.calls} were made"
         assert isinstance(failure.value, OSError), "StorageError is an OSError"
         assert isinstance(failure.value.__cause__, TimeoutError), "the last failure is the cause"
@@ -580,7 +584,7 @@ def _retry_after_a_lost_answer(storage: Storage, error: type[BaseException]) -> 
     name = error.__name__
     key = f"c/{name}"
     puts = _lose_first_answer(storage.put, error)
-    with_retries(lambda: puts(key, b"payload"), f"writing {key!r}", base_delay=0)
+    with_retries(lambda: puts(key, b"payload"), f"writing {key!r}", backoff=_NO_WAIT)
     assert puts.calls == 2, f"a {name} after put was not retried ({puts.calls} run)"
     assert storage.get(key) == b"payload", f"a put retried after a {name}"
     assert _keys(storage.list(key)) == [key], f"a put retried after a {name} is listed once"
@@ -591,14 +595,14 @@ def _retry_after_a_lost_answer(storage: Storage, error: type[BaseException]) -> 
         with_retries,
         lambda: deletes([key]),
         f"deleting {key!r}",
-        base_delay=0,
+        backoff=_NO_WAIT,
     )
     assert deletes.calls == 2, f"a {name} after delete was not retried"
     assert not storage.exists(key), f"a delete retried after a {name}"
 
     reads = _lose_first_answer(storage.get_range, error)
     storage.put(key, b"0123456789")
-    got = with_retries(lambda: reads(key, 2, 5), f"reading {key!r}", base_delay=0)
+    got = with_retries(lambda: reads(key, 2, 5), f"reading {key!r}", backoff=_NO_WAIT)
     assert (reads.calls, got) == (2, b"234"), f"a read retried after a {name}"
 
 
