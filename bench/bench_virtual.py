@@ -33,7 +33,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from bench.common import peak_rss_mb, print_table, timed
 from icechunk_spark import Repository
-from icechunk_spark.containers import VirtualRequest
+from icechunk_spark.core.virtual_reads import VirtualRequest
 
 CELLS = 1000
 CONTAINER = "file:///data/"

@@ -2,9 +2,15 @@
 
 >>> from icechunk_spark import Repository             # doctest: +SKIP
 >>> repo = Repository.create("file:///tmp/my-repo")  # doctest: +SKIP
+
+Every error is a subclass of ``IcechunkSparkError`` (the tree is in ``errors``).
 """
 
-from .config import RepositoryConfig
+from .core.changes import ChangeSummary
+from .core.config import RepositoryConfig
+from .core.conflicts import ConflictPolicy
+from .core.repository import Repository
+from .core.session import Session
 from .errors import (
     AlreadyExistsError,
     CommitStateUnknownError,
@@ -16,15 +22,18 @@ from .errors import (
     InvalidInputError,
     NotFoundError,
     ReadOnlyError,
+    ReadOnlyStoreError,
+    RetriesExhaustedError,
+    SourceChangedError,
     StaleSessionError,
     StorageCredentialsError,
     StorageError,
     StorageNotFoundError,
     StorageUnreachableError,
+    VirtualRangeError,
+    VirtualRefRefusedError,
 )
 from .format.state import SnapshotInfo
-from .repository import Repository
-from .session import ChangeSummary, Session
 
 __all__ = [
     "AlreadyExistsError",
@@ -33,18 +42,24 @@ __all__ = [
     "ConfigError",
     "Conflict",
     "ConflictError",
+    "ConflictPolicy",
     "FormatError",
     "IcechunkSparkError",
     "InvalidInputError",
     "NotFoundError",
     "ReadOnlyError",
+    "ReadOnlyStoreError",
     "Repository",
     "RepositoryConfig",
+    "RetriesExhaustedError",
     "Session",
     "SnapshotInfo",
+    "SourceChangedError",
     "StaleSessionError",
     "StorageCredentialsError",
     "StorageError",
     "StorageNotFoundError",
     "StorageUnreachableError",
+    "VirtualRangeError",
+    "VirtualRefRefusedError",
 ]

@@ -15,10 +15,12 @@
     ├── ReadOnlyError            a write on a read-only session or store
     │   ├── ReadOnlyStoreError   the same through the zarr store (also zarr's ValueError)
     │   └── ReadOnlyStorageError a write to storage that only reads (plain HTTP)
+    ├── RetriesExhaustedError    gave up after many lost races on a busy branch (retry later)
     ├── StorageError(OSError)    the storage backend failed (after retries)
     │   ├── StorageCredentialsError  no credentials, wrong ones, or access denied
     │   ├── StorageNotFoundError     the bucket (or container) itself does not exist
-    │   └── StorageUnreachableError  no connection, a timeout, an endpoint of another kind
+    │   ├── StorageUnreachableError  no connection, a timeout, an endpoint of another kind
+    │   └── VirtualRangeError        a virtual ref asks for bytes past the end of its file
     └── FormatError              a repository file is truncated, corrupt or of an unknown version
 
 Every message says what went wrong and, where there is one, what to do next.
@@ -75,6 +77,37 @@ class StorageNotFoundError(StorageError):
 
 class StorageUnreachableError(StorageError):
     """No answer we can use: no connection, a timeout, or an endpoint that is not that storage."""
+
+
+class VirtualRangeError(StorageError):
+    """A virtual ref asks for bytes past the end of its file (truncated or a wrong ref)."""
+
+
+class VirtualRefRefusedError(InvalidInputError):
+    """A virtual ref points outside the allowed containers, or its container is not authorized."""
+
+
+class SourceChangedError(IcechunkSparkError):
+    """The file a virtual ref points into changed after the ref was written (checksum differs)."""
+
+
+class ReadOnlyStoreError(ReadOnlyError, ValueError):
+    """A write through a read-only store.
+
+    Also a ``ValueError``, with zarr's own wording, because zarr expects stores to raise that.
+    """
+
+    def __init__(self, detail: str = "") -> None:
+        hint = detail or "write through repo.writable_session(branch).store instead"
+        super().__init__(f"store was opened in read-only mode and does not support writing; {hint}")
+
+
+class RetriesExhaustedError(IcechunkSparkError):
+    """A commit or state change gave up after losing the race to other writers many times.
+
+    Nothing was committed. The branch (or repository) is too busy: retry later, or spread the
+    writers over time.
+    """
 
 
 class CommitStateUnknownError(IcechunkSparkError):
@@ -176,9 +209,14 @@ __all__ = [
     "NotFoundError",
     "ReadOnlyError",
     "ReadOnlyStorageError",
+    "ReadOnlyStoreError",
+    "RetriesExhaustedError",
+    "SourceChangedError",
     "StaleSessionError",
     "StorageCredentialsError",
     "StorageError",
     "StorageNotFoundError",
     "StorageUnreachableError",
+    "VirtualRangeError",
+    "VirtualRefRefusedError",
 ]

@@ -26,16 +26,10 @@ always returned.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
-import math
 import operator
-import re
-import threading
-import warnings
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -43,15 +37,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .chunks.codec import chunk_codec
+from .chunks.stats import stats_table
 from .errors import InvalidInputError
-from .format.coords import decode_coords
+from .format.coords import coverage
 from .format.manifest import STAT_FIELDS, STAT_SCHEMA
 from .format.structure import ArrayMeta, Node
 
 if TYPE_CHECKING:
     import xarray as xr
 
-    from .session import Session
+    from .core.session import Session
 
 T = TypeVar("T")
 
@@ -64,90 +60,6 @@ _OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
     "==": operator.eq,
     "!=": operator.ne,
 }
-
-
-# -- decoding and encoding one chunk ------------------------------------------------------
-class _Loop:
-    """A private event loop on a daemon thread for zarr's async codec pipeline.
-
-    Chunks are written from zarr's own event loop thread (inline chunks) as well as from
-    plain threads; zarr's ``sync()`` must not be called from its loop, so we run codecs here.
-    """
-
-    _instance: _Loop | None = None
-    _guard = threading.Lock()
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, name="icechunk-codecs", daemon=True).start()
-
-    @classmethod
-    def run(cls, coro: Coroutine[Any, Any, T]) -> T:
-        with cls._guard:
-            if cls._instance is None:
-                cls._instance = _Loop()
-            loop = cls._instance.loop
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-
-class ChunkCodec:
-    """Decode and encode chunks of one array with zarr's codec pipeline.
-
-    >>> codec = chunk_codec(node.zarr_json)                # doctest: +SKIP
-    >>> codec.decode(session.get_chunk("/t", (0, 0)))     # doctest: +SKIP
-    """
-
-    def __init__(self, zarr_json: bytes) -> None:
-        from zarr.core.array import create_codec_pipeline
-        from zarr.core.array_spec import ArrayConfig
-        from zarr.core.buffer import default_buffer_prototype
-        from zarr.core.metadata.v3 import ArrayV3Metadata
-
-        with warnings.catch_warnings():
-            # numcodecs.* codecs (HDF5 zlib/shuffle) warn that they are not in the v3 spec.
-            warnings.filterwarnings("ignore", message="Numcodecs codecs are not in the Zarr")
-            self.metadata = ArrayV3Metadata.from_dict(json.loads(zarr_json))
-            self._pipeline = create_codec_pipeline(self.metadata)
-        self._prototype = default_buffer_prototype()
-        self._spec = self.metadata.get_chunk_spec(
-            (0,) * self.metadata.ndim,
-            ArrayConfig(order="C", write_empty_chunks=True),
-            self._prototype,
-        )
-        self.chunk_shape: tuple[int, ...] = tuple(self._spec.shape)
-        self.fill_value: Any = self.metadata.fill_value
-
-    def decode(self, data: bytes | None) -> np.ndarray:
-        """The chunk's values, full chunk shape; ``None`` (never written) gives fill values."""
-        if data is None:
-            return np.full(self.chunk_shape, self.fill_value, dtype=self.numpy_dtype)
-        buffer = self._prototype.buffer.from_bytes(data)
-        decoded = list(_Loop.run(self._pipeline.decode([(buffer, self._spec)])))
-        if decoded[0] is None:
-            return np.full(self.chunk_shape, self.fill_value, dtype=self.numpy_dtype)
-        return np.asarray(decoded[0].as_numpy_array())
-
-    def encode(self, values: np.ndarray) -> bytes:
-        """Encoded bytes of a full chunk of values."""
-        values = np.ascontiguousarray(values, dtype=self.numpy_dtype)
-        if values.shape != self.chunk_shape:
-            raise InvalidInputError(
-                f"chunk values have shape {values.shape}, the chunk shape is {self.chunk_shape}"
-            )
-        nd = self._prototype.nd_buffer.from_numpy_array(values)
-        encoded = list(_Loop.run(self._pipeline.encode([(nd, self._spec)])))
-        assert encoded[0] is not None
-        return bytes(encoded[0].to_bytes())
-
-    @property
-    def numpy_dtype(self) -> np.dtype[Any]:
-        return np.dtype(self.metadata.data_type.to_native_dtype())
-
-
-@functools.lru_cache(maxsize=256)
-def chunk_codec(zarr_json: bytes) -> ChunkCodec:
-    """A (cached) codec for the array whose ``zarr.json`` is ``zarr_json``."""
-    return ChunkCodec(zarr_json)
 
 
 def chunk_region(meta: ArrayMeta, coord: Sequence[int]) -> tuple[slice, ...]:
@@ -175,119 +87,6 @@ def read_array(session: Session, path: str) -> np.ndarray:
     return out
 
 
-# -- statistics ---------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class ChunkStats:
-    """Statistics of one chunk; ``min``/``max`` are ``None`` when no value is valid."""
-
-    min: float | None
-    max: float | None
-    nan_count: int
-    fill_count: int
-
-
-def compute_stats(values: np.ndarray, fill_value: Any) -> ChunkStats | None:
-    """Statistics of decoded values; ``None`` for dtypes without an order (strings, ...)."""
-    if values.dtype.kind not in "biuf":
-        return None
-    flat = values.reshape(-1)
-    nan = np.isnan(flat) if flat.dtype.kind == "f" else np.zeros(flat.shape, dtype=bool)
-    fill_is_nan = isinstance(fill_value, float | np.floating) and math.isnan(fill_value)
-    if fill_value is None:
-        fill = np.zeros(flat.shape, dtype=bool)
-    elif fill_is_nan:
-        fill = nan
-    else:
-        fill = flat == fill_value
-    valid = flat[~(nan | fill)]
-    return ChunkStats(
-        min=float(valid.min()) if valid.size else None,
-        max=float(valid.max()) if valid.size else None,
-        nan_count=int(nan.sum()),
-        fill_count=int(fill.sum()),
-    )
-
-
-def stats_enabled(patterns: Sequence[str], path: str) -> bool:
-    """Whether the config's ``chunk_statistics`` regexes select the array at ``path``."""
-    return any(re.fullmatch(p, path) for p in patterns)
-
-
-def chunk_values_stats(node: Node, coord: Sequence[int], values: np.ndarray) -> ChunkStats | None:
-    """Statistics of a full chunk of values, all of it (see the module: edge chunks)."""
-    return compute_stats(values, chunk_codec(node.zarr_json).fill_value)
-
-
-def encoded_chunk_stats(node: Node, coord: Sequence[int], data: bytes) -> ChunkStats | None:
-    """Statistics of an encoded chunk (decoded with the array's codecs).
-
-    Raises:
-        InvalidInputError: the bytes do not decode with the array's codecs.
-    """
-    try:
-        values = chunk_codec(node.zarr_json).decode(data)
-    except Exception as exc:  # codecs raise anything from ValueError to RuntimeError
-        raise InvalidInputError(
-            f"chunk {tuple(coord)} of {node.path!r} does not decode with the array's codecs "
-            f"({exc}); statistics are enabled for this array (config chunk_statistics), so "
-            "its chunks must be valid encoded chunks"
-        ) from exc
-    return chunk_values_stats(node, coord, values)
-
-
-class StatsLog:
-    """Statistics of the chunks a session wrote, keyed by the write itself.
-
-    A row holds the coord and the chunk's identity (chunk id or inline bytes), so the commit
-    attaches statistics only to the chunk they were computed from (``attach_stats``).
-    """
-
-    def __init__(self) -> None:
-        self._rows: dict[int, list[tuple[bytes, str | None, bytes | None, ChunkStats]]] = {}
-        self._lock = threading.Lock()
-
-    def record(
-        self,
-        node_id: int,
-        coord: bytes,
-        chunk_id: str | None,
-        inline: bytes | None,
-        stats: ChunkStats,
-    ) -> None:
-        with self._lock:
-            self._rows.setdefault(node_id, []).append((coord, chunk_id, inline, stats))
-
-    def rename_chunks(self, renamed: dict[str, str]) -> None:
-        """Follow chunk files copied to new ids (see ``ChangeSet.rename_chunks``)."""
-        with self._lock:
-            self._rows = {
-                node: [(c, renamed.get(i, i) if i else i, b, s) for c, i, b, s in rows]
-                for node, rows in self._rows.items()
-            }
-
-    def table(self, node_id: int) -> pa.Table | None:
-        with self._lock:
-            rows = list(self._rows.get(node_id, ()))
-        if not rows:
-            return None
-        return pa.table(
-            {
-                "coord": pa.array([r[0] for r in rows], pa.binary()),
-                "chunk_id": pa.array([r[1] for r in rows], pa.string()),
-                "inline_data": pa.array([r[2] for r in rows], pa.binary()),
-                "stat_min": pa.array([r[3].min for r in rows], pa.float64()),
-                "stat_max": pa.array([r[3].max for r in rows], pa.float64()),
-                "stat_nan_count": pa.array([r[3].nan_count for r in rows], pa.int64()),
-                "stat_fill_count": pa.array([r[3].fill_count for r in rows], pa.int64()),
-            }
-        )
-
-    def tables(self) -> dict[int, pa.Table]:
-        with self._lock:
-            ids = list(self._rows)
-        return {i: t for i in ids if (t := self.table(i)) is not None}
-
-
 def chunk_stats(session: Session, path: str) -> pa.Table:
     """``coord`` (list of chunk indices) and the ``stat_*`` columns of every chunk of an array.
 
@@ -297,32 +96,7 @@ def chunk_stats(session: Session, path: str) -> pa.Table:
     """
     node = _array_node(session, path)
     assert node.meta is not None
-    refs = session.chunk_refs(node.path)
-    coords = decode_coords(refs.column("coord"), node.meta.ndim)
-    columns: dict[str, pa.Array | pa.ChunkedArray] = {
-        "coord": pa.FixedSizeListArray.from_arrays(
-            pa.array(coords.reshape(-1), pa.int64()), node.meta.ndim
-        )
-        if node.meta.ndim
-        else pa.array([[] for _ in range(refs.num_rows)], pa.list_(pa.int64()))
-    }
-    inside = pa.array(_wholly_inside(coords, node.meta))
-    for f in STAT_FIELDS:
-        column = (
-            refs.column(f.name).cast(f.type)
-            if f.name in refs.column_names
-            else pa.nulls(refs.num_rows, f.type)
-        )
-        columns[f.name] = pc.if_else(inside, column, pa.scalar(None, f.type))
-    return pa.table(columns)
-
-
-def _wholly_inside(coords: np.ndarray, meta: ArrayMeta) -> np.ndarray:
-    """Per coord: whether the chunk lies wholly inside the array's shape (not an edge chunk)."""
-    if coords.shape[0] == 0 or not meta.shape:
-        return np.ones(coords.shape[0], dtype=bool)
-    ends = (coords + 1) * np.asarray(meta.chunk_shape, dtype=np.int64)
-    return np.asarray(np.all(ends <= np.asarray(meta.shape, dtype=np.int64), axis=1))
+    return stats_table(session.chunk_refs(node.path), node.meta)
 
 
 def chunks_where(
@@ -366,13 +140,7 @@ def chunk_inventory(session: Session, path: str) -> np.ndarray:
     """
     node = _array_node(session, path)
     assert node.meta is not None
-    inventory = np.zeros(node.meta.grid_shape, dtype=bool)
-    coords = session.chunk_coords(node.path)
-    if node.meta.ndim == 0:
-        inventory[()] = len(coords) > 0
-    elif len(coords):
-        inventory[tuple(coords.T)] = True
-    return inventory
+    return coverage(session.chunk_coords(node.path), node.meta.grid_shape)
 
 
 def chunk_counts(session: Session) -> dict[str, tuple[int, int]]:
@@ -552,16 +320,11 @@ def _array_node(session: Session, path: str) -> Node:
 
 
 __all__ = [
-    "ChunkCodec",
-    "ChunkStats",
-    "StatsLog",
-    "chunk_codec",
     "chunk_counts",
     "chunk_inventory",
     "chunk_region",
     "chunk_stats",
     "chunks_where",
-    "compute_stats",
     "labelled_inventory",
     "missing_chunks",
     "plot_inventory",

@@ -37,30 +37,24 @@ from zarr.abc.store import (
 )
 from zarr.core.buffer import Buffer, BufferPrototype
 
-from .errors import AlreadyExistsError, InvalidInputError, NotFoundError, ReadOnlyError
+from .core.snapshot import ChunkRef
+from .errors import (
+    AlreadyExistsError,
+    InvalidInputError,
+    NotFoundError,
+    ReadOnlyStoreError,
+)
+from .format.paths import normalize_path
 from .format.structure import ArrayMeta, Node, make_node
-from .session import normalize_path
-from .snapshot import ChunkRef
 
 if TYPE_CHECKING:
-    from .repository import Repository
-    from .session import Session
+    from .core.repository import Repository
+    from .core.session import Session
 
 METADATA_KEY = "zarr.json"
 _V2_METADATA = frozenset({".zgroup", ".zarray", ".zattrs", ".zmetadata"})
 
 __all__ = ["IcechunkStore", "ReadOnlyStoreError"]
-
-
-class ReadOnlyStoreError(ReadOnlyError, ValueError):
-    """A write through a read-only store.
-
-    Also a ``ValueError``, with zarr's own wording, because zarr expects stores to raise that.
-    """
-
-    def __init__(self, detail: str = "") -> None:
-        hint = detail or "write through repo.writable_session(branch).store instead"
-        super().__init__(f"store was opened in read-only mode and does not support writing; {hint}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,10 +12,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from icechunk_spark.core.repository import Repository
 from icechunk_spark.errors import InvalidInputError
 from icechunk_spark.exit import exit_process
-from icechunk_spark.history import expire_state
-from icechunk_spark.repository import Repository
+from icechunk_spark.ops.history import expire_state
 from icechunk_spark.spark.jobs import base_parser, run, storage_options
 from icechunk_spark.splitting import parse_config
 

@@ -18,8 +18,8 @@ from icechunk_spark import (
     NotFoundError,
     Repository,
 )
-from icechunk_spark.gc import GCSummary
-from icechunk_spark.history import diff, utc_ms
+from icechunk_spark.ops.gc import GCSummary
+from icechunk_spark.ops.history import diff, utc_ms
 from icechunk_spark.storage import Storage
 from tests.conftest import Backend
 from tests.support.helpers import create_repo, cutoff_after_writes, open_repo

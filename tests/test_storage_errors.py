@@ -207,6 +207,7 @@ def test_an_endpoint_without_a_scheme_is_refused_before_any_request() -> None:
 
 
 def test_our_retry_loop_does_not_retry_a_refused_connection() -> None:
+    from icechunk_spark.retry import Backoff
     from icechunk_spark.storage.base import with_retries
 
     calls = []
@@ -216,7 +217,7 @@ def test_our_retry_loop_does_not_retry_a_refused_connection() -> None:
         raise ConnectionRefusedError(111, "Connection refused")
 
     with pytest.raises(ConnectionRefusedError):
-        with_retries(refuse, "reading 'x'", base_delay=0)
+        with_retries(refuse, "reading 'x'", backoff=Backoff(0, 0))
     assert len(calls) == 1
 
 

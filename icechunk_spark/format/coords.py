@@ -90,3 +90,14 @@ def keys_to_coords(keys: np.ndarray) -> pa.BinaryArray:
     offsets = (np.arange(n + 1, dtype=np.int32) * width).tobytes()
     data = np.ascontiguousarray(keys).tobytes()
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def coverage(coords: np.ndarray, grid_shape: Sequence[int]) -> np.ndarray:
+    """A boolean array over the chunk grid, true at each of ``coords`` (an ``(n, ndim)``
+    array); a 0-d grid is true when any coord is given."""
+    mask = np.zeros(tuple(grid_shape), dtype=bool)
+    if len(grid_shape) == 0:
+        mask[()] = len(coords) > 0
+    elif len(coords):
+        mask[tuple(np.asarray(coords).T)] = True
+    return mask

@@ -11,6 +11,7 @@ import itertools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import numpy as np
 import pyarrow as pa
@@ -24,16 +25,31 @@ CHUNK_CHANGES_SCHEMA = pa.schema(
         pa.field("coord", pa.binary(), nullable=False),
     ]
 )
-NODE_KINDS = frozenset(
-    {"new_group", "new_array", "update_metadata", "delete_node", "replace_chunks"}
-)
+
+
+class ChangeKind(StrEnum):
+    """What a snapshot did to a node (the ``kind`` of a transaction log's node entry)."""
+
+    NEW_GROUP = "new_group"
+    NEW_ARRAY = "new_array"
+    UPDATE_METADATA = "update_metadata"
+    DELETE_NODE = "delete_node"
+    REPLACE_CHUNKS = "replace_chunks"  # all chunk refs replaced by attached manifests
+
+    @classmethod
+    def created(cls, node_type: str) -> ChangeKind:
+        """The kind that creates a node of ``node_type`` (``group`` or ``array``)."""
+        return cls(f"new_{node_type}")
+
+
+NODE_KINDS = frozenset(ChangeKind)
 
 
 @dataclass(frozen=True, slots=True)
 class NodeChange:
     path: str
     node_id: int
-    kind: str
+    kind: ChangeKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +79,7 @@ def chunk_changes(node_id: int, coords: pa.Array | pa.ChunkedArray) -> pa.Table:
 
 
 def encode_txlog(nodes: Iterable[NodeChange], chunks: Iterable[pa.Table]) -> bytes:
-    node_list = [{"path": n.path, "node_id": n.node_id, "kind": n.kind} for n in nodes]
+    node_list = [{"path": n.path, "node_id": n.node_id, "kind": str(n.kind)} for n in nodes]
     tables = [t for t in chunks if t.num_rows]
     table = pa.concat_tables(tables) if tables else CHUNK_CHANGES_SCHEMA.empty_table()
     table = table.replace_schema_metadata({"icechunk.nodes": json.dumps(node_list)})
@@ -75,7 +91,8 @@ def decode_txlog(data: bytes, name: str) -> TransactionLog:
     try:
         raw = (table.schema.metadata or {}).get(b"icechunk.nodes", b"[]")
         nodes = tuple(
-            NodeChange(str(d["path"]), int(d["node_id"]), str(d["kind"])) for d in json.loads(raw)
+            NodeChange(str(d["path"]), int(d["node_id"]), ChangeKind(d["kind"]))
+            for d in json.loads(raw)
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise FormatError(f"transaction log {name!r} is corrupt: {exc}") from exc

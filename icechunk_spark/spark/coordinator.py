@@ -26,10 +26,11 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
+from ..core.repository import Repository
+from ..core.session import Session
 from ..errors import ConflictError, InvalidInputError, NotFoundError
+from ..format.keys import MANIFESTS_PREFIX, chunk_key, manifest_key, object_id
 from ..format.structure import ArrayMeta, Node
-from ..repository import Repository
-from ..session import Session
 from ..storage import Storage
 from .chunks import read_journal
 from .plan import WRITE_ID_KEY, WritePlan
@@ -237,7 +238,7 @@ def _after_failure(repo: Repository, plan: WritePlan) -> None:
 def delete_everything(storage: Storage, plan: WritePlan) -> None:
     """Delete the staging area and every chunk object and manifest the write journaled."""
     staged = [i.key for i in storage.list(plan.staging_prefix)]
-    chunks = [f"c/{i}" for _, ids in _journals(storage, plan, staged) for i in ids]
+    chunks = [chunk_key(i) for _, ids in _journals(storage, plan, staged) for i in ids]
     storage.delete([*chunks, *_journaled_manifests(plan, staged)])
     storage.delete(staged)  # journals last: if deleting objects fails, a retry still finds them
 
@@ -257,12 +258,16 @@ def sweep(
         kept = {r.attempt for r in results}
         staged = [i.key for i in storage.list(plan.staging_prefix)]
         orphans = [
-            f"c/{i}"
+            chunk_key(i)
             for attempt, ids in _journals(storage, plan, staged)
             if attempt not in kept
             for i in ids
         ]
-        orphans += [k for k in _journaled_manifests(plan, staged) if k[2:] not in attached]
+        orphans += [
+            k
+            for k in _journaled_manifests(plan, staged)
+            if object_id(k, MANIFESTS_PREFIX) not in attached
+        ]
         storage.delete(orphans)
         storage.delete(staged)
     except Exception as exc:
@@ -273,7 +278,7 @@ def sweep(
 
 def _journaled_manifests(plan: WritePlan, staged: Iterable[str]) -> list[str]:
     prefix = plan.manifest_journal_prefix
-    return [f"m/{k[len(prefix) :]}" for k in staged if k.startswith(prefix)]
+    return [manifest_key(k[len(prefix) :]) for k in staged if k.startswith(prefix)]
 
 
 def _journals(

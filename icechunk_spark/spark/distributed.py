@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..core.flush import write_array_manifest
+from ..core.repository import Repository
+from ..core.session import Session
 from ..errors import InvalidInputError
-from ..flush import write_array_manifest
+from ..format.keys import manifest_key
 from ..format.manifest import decode_manifest, merge_refs, refs_of_array
 from ..format.structure import ManifestRef, Node
-from ..repository import Repository
-from ..session import Session
-from ..snapshot import manifest_key
 from ..storage import Storage
 from .coordinator import abort_write, run_commit
 from .pieces import ArrayLayout, plan_layout

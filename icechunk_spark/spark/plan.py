@@ -16,14 +16,14 @@ from typing import Any, Literal
 
 from ..errors import InvalidInputError
 from ..format.ids import new_object_id
+from ..format.keys import STAGING_PREFIX
+from ..format.paths import normalize_path
 from ..format.structure import ArrayMeta, parse_array_meta, parse_zarr_json
-from ..session import normalize_path
 from .options import RepoOptions, get, get_bool, get_int, parse_value, repo_options
 
 RowKind = Literal["virtual", "data"]
 Mode = Literal["append", "overwrite"]
 WRITE_ID_KEY = "icechunk_spark.write_id"
-STAGING_ROOT = "staging/"
 DEFAULT_STAGE_ROWS = 1_000_000
 
 
@@ -70,7 +70,7 @@ class WritePlan:
     @property
     def staging_prefix(self) -> str:
         """Where this write's tasks stage ref files and chunk journals."""
-        return f"{STAGING_ROOT}{self.write_id}/"
+        return f"{STAGING_PREFIX}{self.write_id}/"
 
     @property
     def journal_prefix(self) -> str:
@@ -252,7 +252,6 @@ def options_from_kwargs(url: str, **kwargs: Any) -> dict[str, str]:
 
 
 __all__ = [
-    "STAGING_ROOT",
     "WRITE_ID_KEY",
     "ArrayTarget",
     "WritePlan",

@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import FormatError, InvalidInputError, NotFoundError
+from ..format.keys import manifest_key
 from ..format.manifest import REF_SCHEMA, refs_of_array
 from ..format.parquet import read_parquet_bytes
 from ..format.structure import Node
-from ..snapshot import manifest_key
 from ..storage import Storage
 from .tables import chunk_batches
 

@@ -31,7 +31,8 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from ..errors import InvalidInputError
-from ..session import normalize_path
+from ..format.keys import MANIFESTS_PREFIX, object_id
+from ..format.paths import normalize_path
 from . import scan, tables
 from .coordinator import abort_write, commit_staged
 from .options import ReadTarget, RepoOptions, get, get_int, read_target, repo_options
@@ -199,7 +200,9 @@ def build_metadata_table(repo: Any, table: str, snapshot_id: str) -> pa.Table:
     if table == "nodes":
         return tables.nodes_table(nodes)
     if table == "manifests":
-        sizes = {info.key[2:]: info.size for info in repo.storage.list("m/")}
+        sizes = {
+            object_id(i.key, MANIFESTS_PREFIX): i.size for i in repo.storage.list(MANIFESTS_PREFIX)
+        }
         return tables.manifests_table(nodes, sizes)
     raise InvalidInputError(f"unknown table {table!r}")
 

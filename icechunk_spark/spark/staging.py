@@ -18,13 +18,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..containers import resolve_url
+from ..chunks.codec import ChunkCodec
+from ..core.containers import resolve_url
 from ..errors import InvalidInputError
 from ..format.coords import encode_coords
+from ..format.keys import chunk_key
 from ..format.parquet import read_parquet_bytes
-from ..session import normalize_path
+from ..format.paths import normalize_path
 from ..storage import Storage
-from .chunks import ChunkCodec, ChunkObjectWriter
+from .chunks import ChunkObjectWriter
 from .plan import ArrayTarget, WritePlan
 from .rows import check_grid, coords_of, first_coord, flat, row_error, split_by_array
 
@@ -274,12 +276,12 @@ class Stager:
                 coords,
                 bad,
                 f"'data' has {got}; a chunk of shape {codec.chunk_shape} and dtype "
-                f"{codec.dtype} takes {codec.chunk_nbytes} bytes (raw, C order)",
+                f"{codec.numpy_dtype} takes {codec.chunk_nbytes} bytes (raw, C order)",
             )
         n = len(data)
         encoded: list[bytes] = []
         for start in range(0, n, _ENCODE_BATCH):
-            encoded += codec.encode(
+            encoded += codec.encode_raw(
                 [data[i].as_buffer() for i in range(start, min(n, start + _ENCODE_BATCH))]
             )
         # Small chunks live inline in the manifest (as Session.set_chunk does); the rest go to
@@ -332,7 +334,7 @@ class Stager:
 
     def discard(self) -> None:
         """Delete everything this attempt wrote (best effort: the coordinator sweeps too)."""
-        written = [f"c/{i}" for i in (self._writer.written if self._writer else [])]
+        written = [chunk_key(i) for i in (self._writer.written if self._writer else [])]
         self.storage.delete([*self.result.keys, *written])
         self.result.files.clear()
 

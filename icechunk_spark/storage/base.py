@@ -7,14 +7,13 @@ implements the same small surface so the core never knows where bytes live.
 from __future__ import annotations
 
 import builtins
-import random
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
 from ..errors import StorageError
+from ..retry import STORAGE_BACKOFF, Backoff
 
 T = TypeVar("T")
 
@@ -27,7 +26,12 @@ class ObjectInfo:
 
 
 class Storage(ABC):
-    """Bytes by key. Everything but put-if-absent may be retried freely: objects are immutable."""
+    """Bytes by key. Everything but put-if-absent may be retried freely: objects are immutable.
+
+    Keys form a tree: no key names both an object and a folder (no ``c`` beside ``c/x``). A
+    storage pickles to a handle on the same location (repositories travel to worker processes
+    that way). ``icechunk_spark.testing.StorageTests`` checks a backend against these rules.
+    """
 
     url: str
     # How coarse ``ObjectInfo.modified_ms`` of a listing is: a time t stands for [t, t + this).
@@ -39,7 +43,11 @@ class Storage(ABC):
 
     @abstractmethod
     def get_range(self, key: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of the object. Raises ``NotFoundError`` when absent."""
+        """Bytes ``[start, end)`` of the object, clipped to it as ``data[start:end]`` is.
+
+        A range running past the end gives the bytes there are, possibly none; an empty range
+        gives ``b""``. Raises ``NotFoundError`` when the object is absent, whatever the range.
+        """
 
     @abstractmethod
     def put(self, key: str, data: bytes) -> None:
@@ -51,15 +59,22 @@ class Storage(ABC):
 
     @abstractmethod
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        """Objects whose key starts with ``prefix`` (a folder like ``c/``), in no set order."""
+        """Objects whose key starts with ``prefix``, in no set order.
+
+        ``prefix`` is a string prefix: a folder like ``c/`` (never matching ``cx/``), an exact
+        key, or ``""`` for every object of the location (and nothing outside it).
+        """
 
     @abstractmethod
     def delete(self, keys: Iterable[str]) -> None:
-        """Delete objects; missing ones are ignored."""
+        """Delete objects; missing ones are ignored (so a repeated delete is harmless)."""
 
     @abstractmethod
     def exists(self, key: str) -> bool:
-        """Whether the object exists (never used to decide a write: see put_if_absent)."""
+        """Whether an object has this key (a folder that holds objects is not one).
+
+        Never used to decide a write: see put_if_absent.
+        """
 
     def list_temporary(self) -> Iterator[ObjectInfo]:
         """Temporary files that interrupted writes left behind (none on most backends).
@@ -86,9 +101,13 @@ def with_retries(
     describe: str,
     attempts: int = 5,
     transient: tuple[type[BaseException], ...] = TRANSIENT_ERRORS,
-    base_delay: float = 0.05,
+    backoff: Backoff = STORAGE_BACKOFF,
 ) -> T:
-    """Run ``operation``, retrying transient failures with jittered exponential backoff."""
+    """Run ``operation``, retrying transient failures with jittered exponential backoff.
+
+    Raises:
+        StorageError: every attempt failed with a transient error.
+    """
     for attempt in range(attempts):
         try:
             return operation()
@@ -97,5 +116,5 @@ def with_retries(
                 raise
             if attempt == attempts - 1:
                 raise StorageError(f"{describe} failed after {attempts} attempts: {exc}") from exc
-            time.sleep(base_delay * (2**attempt) * (0.5 + random.random()))
+            backoff.sleep(attempt)
     raise AssertionError("unreachable")  # pragma: no cover

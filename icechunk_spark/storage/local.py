@@ -105,7 +105,9 @@ class LocalStorage(Storage):
         return True
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        folder = self._path(prefix) if prefix.endswith("/") else self._path(prefix).parent
+        # The folder that holds every key starting with prefix ("" is the root itself, not
+        # its parent: a listing never reaches outside the location).
+        folder = self.root / prefix.rpartition("/")[0]
         if not folder.is_dir():
             return
         for dirpath, _dirs, files in os.walk(folder):

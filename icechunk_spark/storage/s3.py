@@ -80,13 +80,22 @@ class S3Storage(Storage):
         return self._read(key, None, None)
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
-        if end <= start:
+        if end <= start:  # HTTP cannot ask for no bytes; the object must exist all the same
+            if not self.exists(key):
+                raise NotFoundError(f"object {key!r} not found in {self.url}")
             return b""
         return self._read(key, start, end)
 
     def _read(self, key: str, start: int | None, end: int | None) -> bytes:
         def read() -> bytes:
-            return bytes(self.fs.cat_file(self._path(key), start=start, end=end))
+            try:
+                return bytes(self.fs.cat_file(self._path(key), start=start, end=end))
+            except OSError as exc:
+                # 416: the range starts at or past the end of an object that exists. Clipped
+                # to the object, that range holds no bytes (as on every backend).
+                if start is not None and _is_unsatisfiable_range(exc):
+                    return b""
+                raise
 
         missing = f"object {key!r} not found in {self.url}"
         return self._call(read, f"reading {key!r}", missing=missing)
@@ -109,16 +118,20 @@ class S3Storage(Storage):
         return self._call(create, f"creating {key!r}")
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        base = self._path(prefix)
+        # S3 lists by string prefix; s3fs takes it as a folder plus the start of a name in it.
+        folder, _, stem = prefix.rpartition("/")
+        base = self._path(folder) if folder else self.prefix
         try:
             found = self._call(
-                lambda: self.fs.find(base, detail=True), f"listing {prefix!r}", missing=""
+                lambda: self.fs.find(base, detail=True, prefix=stem),
+                f"listing {prefix!r}",
+                missing="",
             )
         except NotFoundError:
             return
         skip = len(self.prefix) + 1
         for path, info in found.items():
-            if info.get("type") == "directory":
+            if info.get("type") == "directory" or not path[skip:].startswith(prefix):
                 continue
             modified = info.get("LastModified")
             ms = int(modified.timestamp() * 1000) if isinstance(modified, datetime) else 0
@@ -131,7 +144,14 @@ class S3Storage(Storage):
             self._call(lambda b=batch: self.fs.rm(b), "deleting objects")  # type: ignore[misc]
 
     def exists(self, key: str) -> bool:
-        return bool(self._call(lambda: self.fs.exists(self._path(key)), f"checking {key!r}"))
+        def probe() -> bool:
+            # An object, not a "folder": s3fs's exists() is true for a prefix with objects.
+            try:
+                return bool(self.fs.info(self._path(key)).get("type") == "file")
+            except FileNotFoundError:
+                return False
+
+        return self._call(probe, f"checking {key!r}")
 
     def _call(self, operation: Callable[[], T], describe: str, missing: str | None = None) -> T:
         """Run ``operation`` with retries; failures become our errors.
@@ -161,20 +181,29 @@ class S3Storage(Storage):
 # S3 answers a failed ``If-None-Match: *`` with 412 PreconditionFailed, or with 409
 # ConditionalRequestConflict while a racing conditional write to the key is in flight.
 _PRECONDITION_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
+# A ranged GET that starts at or past the end of the object: 416 InvalidRange.
+_UNSATISFIABLE_CODES = frozenset({"InvalidRange"})
 
 
 def _is_precondition_failure(exc: BaseException) -> bool:
-    """Whether botocore's error (anywhere in the cause chain) is a failed precondition.
+    return _has_answer(exc, _PRECONDITION_CODES, 412)
 
-    Decided by the S3 error code or the HTTP status, never by the message text.
+
+def _is_unsatisfiable_range(exc: BaseException) -> bool:
+    return _has_answer(exc, _UNSATISFIABLE_CODES, 416)
+
+
+def _has_answer(exc: BaseException, codes: frozenset[str], status: int) -> bool:
+    """Whether botocore's error (anywhere in the cause chain) has one of these S3 error
+    codes or this HTTP status. Decided by code or status, never by the message text.
     """
     seen: BaseException | None = exc
     while seen is not None:
         response = getattr(seen, "response", None)
         if isinstance(response, dict):
             code = (response.get("Error") or {}).get("Code")
-            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-            if code in _PRECONDITION_CODES or status == 412:
+            answered = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            if code in codes or answered == status:
                 return True
         seen = seen.__cause__ or seen.__context__
     return False

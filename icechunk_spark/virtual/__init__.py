@@ -53,15 +53,8 @@ Checksums are ``etag:<ETag>`` where the store has ETags (S3, many HTTP servers),
 ``mtime:<mtime>:<size>`` (local files): a rewrite that keeps size and mtime is not detected.
 """
 
-from ..containers import (
-    CoalesceSettings,
-    SourceChangedError,
-    VirtualRangeError,
-    VirtualReader,
-    VirtualRefRefusedError,
-    VirtualRequest,
-    file_checksum,
-)
+from ..core.virtual_reads import CoalesceSettings, VirtualReader, VirtualRequest, file_checksum
+from ..errors import SourceChangedError, VirtualRangeError, VirtualRefRefusedError
 from .combine import concat_reference_sets
 from .importers import import_kerchunk, import_netcdf, load_reference_set, scan_netcdf
 from .ingest import (

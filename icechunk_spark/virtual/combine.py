@@ -44,8 +44,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..chunks.codec import chunk_codec
 from ..errors import InvalidInputError
-from ..inventory import chunk_codec
 from .references import REF_COLUMNS, ArrayRefs, ReferenceSet
 from .time_units import is_time_units, rebase_time_values
 

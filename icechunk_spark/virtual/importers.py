@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..containers import resolve_target
+from ..core.containers import resolve_target
 from ..errors import IcechunkSparkError, InvalidInputError, NotFoundError
 from ..progress import Progress, track
 from .combine import DEFAULT_MATERIALIZE_MAX_BYTES, Fetch, concat_reference_sets
@@ -18,7 +18,7 @@ from .references import ReferenceSet, parse_json_refs, parse_parquet_refs
 from .writer import ImportSummary, absolute_url, container_options, resolve_all, write_reference_set
 
 if TYPE_CHECKING:
-    from ..session import Session
+    from ..core.session import Session
 
 KerchunkRefs = Mapping[str, Any] | str | Path
 

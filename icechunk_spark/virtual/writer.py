@@ -20,14 +20,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..containers import file_checksum, resolve_target
+from ..core.containers import resolve_target
+from ..core.virtual_reads import file_checksum
 from ..errors import InvalidInputError, NotFoundError
 from ..format.coords import encode_coords
-from ..session import normalize_path
+from ..format.paths import normalize_path
 from .references import ArrayRefs, ReferenceSet
 
 if TYPE_CHECKING:
-    from ..session import Session
+    from ..core.session import Session
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +151,7 @@ def _file_infos(
 
 
 def container_options(url: str, containers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    from ..containers import normalize_prefix
+    from ..core.containers import normalize_prefix
 
     matches = [(normalize_prefix(p), dict(o)) for p, o in containers.items()]
     matches = [m for m in matches if url.startswith(m[0])]

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pytest
 
 from icechunk_spark import InvalidInputError, Repository
+from icechunk_spark.chunks.codec import ChunkCodec
 from icechunk_spark.format import manifest as manifest_format
 from icechunk_spark.spark import scan, tables
-from icechunk_spark.spark.chunks import ChunkCodec
 from icechunk_spark.spark.options import parse_value, read_target, repo_options
 from icechunk_spark.spark.plan import array_document, declared_arrays, row_kind
 from icechunk_spark.spark.staging import ArrayStaged, Stager
@@ -68,7 +68,7 @@ def test_codec_round_trip_with_compression() -> None:
     )
     codec = ChunkCodec(json.dumps(doc).encode())
     raw = np.arange(4, dtype="float64").tobytes()
-    (stored,) = codec.encode([raw])
+    (stored,) = codec.encode_raw([raw])
     assert stored != raw
     np.testing.assert_array_equal(codec.decode(stored), np.arange(4.0).reshape(2, 2))
     assert codec.chunk_nbytes == 32

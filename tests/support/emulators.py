@@ -84,17 +84,17 @@ def start_fake_gcs() -> Emulator:
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     workdir = tempfile.mkdtemp(prefix="fake-gcs-")
+    flags = {
+        "-scheme": "http",
+        "-backend": "memory",
+        "-host": "127.0.0.1",
+        "-port": str(port),
+        "-external-url": endpoint,
+        "-log-level": "error",
+        "-filesystem-root": workdir,
+    }
     process = subprocess.Popen(
-        [
-            str(binary),
-            "-scheme", "http",
-            "-backend", "memory",
-            "-host", "127.0.0.1",
-            "-port", str(port),
-            "-external-url", endpoint,
-            "-log-level", "error",
-            "-filesystem-root", workdir,
-        ],  # fmt: skip
+        [str(binary), *(part for pair in flags.items() for part in pair)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=workdir,
@@ -122,13 +122,12 @@ def start_azurite() -> Emulator:
     process = subprocess.Popen(
         [
             str(AZURITE),
-            "--blobHost", "127.0.0.1",
-            "--blobPort", str(port),
+            *("--blobHost", "127.0.0.1", "--blobPort", str(port)),
             "--inMemoryPersistence",
             "--disableTelemetry",
             "--skipApiVersionCheck",  # the SDK may be newer than the emulator
             "--silent",
-        ],  # fmt: skip
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=workdir,  # Azurite writes its debug and telemetry files here

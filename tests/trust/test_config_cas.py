@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from icechunk_spark import Repository, StorageError
-from icechunk_spark.config import RepositoryConfig
+from icechunk_spark.core.config import RepositoryConfig
 from tests.trust.conftest import create
 
 

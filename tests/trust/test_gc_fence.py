@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from icechunk_spark import Repository, StaleSessionError
-from icechunk_spark.config import RepositoryConfig
+from icechunk_spark.core.config import RepositoryConfig
 from tests.trust.conftest import create
 
 BIG = b"x" * 64  # over the inline threshold below: a chunk file in c/

@@ -13,15 +13,14 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 from icechunk_spark import NotFoundError, Repository
-from icechunk_spark.containers import (
+from icechunk_spark.core.containers import resolve_url
+from icechunk_spark.core.virtual_reads import (
     CoalesceSettings,
-    SourceChangedError,
     VirtualReader,
-    VirtualRefRefusedError,
     VirtualRequest,
     file_checksum,
-    resolve_url,
 )
+from icechunk_spark.errors import SourceChangedError, VirtualRefRefusedError
 
 from .conftest import NUMCODECS_WARNING, RepoFactory
 

@@ -12,7 +12,9 @@ import pyarrow.compute as pc
 import pytest
 
 from icechunk_spark import ConfigError, InvalidInputError, Repository, Session
-from icechunk_spark.inventory import ChunkCodec, chunk_stats, chunks_where, compute_stats
+from icechunk_spark.chunks.codec import ChunkCodec
+from icechunk_spark.chunks.stats import compute_stats
+from icechunk_spark.inventory import chunk_stats, chunks_where
 
 from .conftest import NUMCODECS_WARNING
 

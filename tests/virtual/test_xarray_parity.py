@@ -356,7 +356,7 @@ def test_cli_import_of_a_folder_with_spaces_and_accents(tmp_path: Path) -> None:
 def test_percent_encoded_and_plain_file_urls_are_one_file(
     data_dir: Path, make_repo: RepoFactory
 ) -> None:
-    from icechunk_spark.containers import resolve_url
+    from icechunk_spark.core.containers import resolve_url
 
     folder = data_dir / "a b%"
     folder.mkdir()
@@ -386,7 +386,7 @@ def test_scheme_less_absolute_refs_are_local_paths(data_dir: Path, make_repo: Re
 
 @pytest.mark.parametrize("url", ["file://host/data/x.nc", "file:///data/a%3Fb.nc"])
 def test_file_urls_with_a_host_or_encoded_separators_are_refused(url: str) -> None:
-    from icechunk_spark.containers import resolve_url
+    from icechunk_spark.core.containers import resolve_url
     from icechunk_spark.virtual import VirtualRefRefusedError
 
     with pytest.raises(VirtualRefRefusedError, match=r"host|not allowed"):
@@ -419,7 +419,7 @@ def test_scalars_and_vlen_strings_read_like_xarray(
 def test_a_ref_past_the_end_of_its_file_names_the_file(
     data_dir: Path, make_repo: RepoFactory
 ) -> None:
-    from icechunk_spark.containers import VirtualRangeError
+    from icechunk_spark.errors import VirtualRangeError
 
     (data_dir / "short.bin").write_bytes(b"0123456789")
     repo = make_repo([data_dir.as_uri() + "/"])

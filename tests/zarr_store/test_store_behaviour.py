@@ -15,7 +15,8 @@ from zarr.core.buffer import Buffer, cpu, default_buffer_prototype
 from zarr.core.sync import sync
 
 from icechunk_spark import InvalidInputError, ReadOnlyError, Repository
-from icechunk_spark.zarr_store import IcechunkStore, ReadOnlyStoreError
+from icechunk_spark.errors import ReadOnlyStoreError
+from icechunk_spark.zarr_store import IcechunkStore
 from tests.support.helpers import create_repo
 
 from .raw_keys import array_doc, group_doc

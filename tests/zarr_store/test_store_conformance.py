@@ -22,7 +22,8 @@ from zarr.testing.store import StoreTests
 from zarr.testing.utils import assert_bytes_equal
 
 from icechunk_spark import InvalidInputError, ReadOnlyError, Repository, Session
-from icechunk_spark.zarr_store import IcechunkStore, ReadOnlyStoreError
+from icechunk_spark.errors import ReadOnlyStoreError
+from icechunk_spark.zarr_store import IcechunkStore
 from tests.support.helpers import create_repo
 
 from .raw_keys import array_doc, group_doc, read_raw, write_raw

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from ..splitting import Preload
 from .snapshot import ManifestCache, SnapshotView
-from .splitting import Preload
 
 log = logging.getLogger(__name__)
 

@@ -8,16 +8,16 @@ order of writes is kept without a Python object per chunk on the bulk path.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .format.coords import coord_keys, keys_to_coords
-from .format.manifest import REF_SCHEMA, conform_refs, merge_refs, with_array_id
-from .format.structure import ManifestRef, Node
+from ..format.coords import coord_keys, keys_to_coords
+from ..format.manifest import REF_SCHEMA, conform_refs, merge_refs, with_array_id
+from ..format.structure import ManifestRef, Node
 from .snapshot import ChunkRef, row_ref
 
 # A pending single-chunk change: a ref, or None for a deletion (a tombstone).
@@ -151,6 +151,19 @@ def pending_table(pending: dict[bytes, Pending]) -> pa.Table:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ChangeSummary:
+    """What a session changed: paths of nodes, and chunk counts per array path."""
+
+    created: tuple[str, ...]
+    updated: tuple[str, ...]
+    deleted: tuple[str, ...]
+    chunks: Mapping[str, int]
+
+    def is_empty(self) -> bool:
+        return not (self.created or self.updated or self.deleted or self.chunks)
+
+
 @dataclass
 class ChangeSet:
     """Everything a writable session changed since its base snapshot."""
@@ -191,3 +204,32 @@ class ChangeSet:
 
     def modified_array_ids(self) -> Iterator[int]:
         yield from (i for i, c in self.chunks.items() if len(c))
+
+    def record_node(self, node: Node, *, existed: bool) -> None:
+        """A node created, or a new ``zarr.json`` for one that ``existed`` before."""
+        if node.path in self.created or not existed:
+            self.created[node.path] = node
+        else:
+            self.updated[node.path] = node
+
+    def forget(self, node: Node, base: Node | None) -> None:
+        """Delete ``node`` and its chunk changes; ``base``: its node in the base snapshot."""
+        self.updated.pop(node.path, None)
+        self.chunks.pop(node.id, None)
+        self.attached.pop(node.id, None)
+        if self.created.pop(node.path, None) is None:
+            assert base is not None
+            self.deleted[node.path] = base
+
+    def summary(self, paths: Mapping[int, str]) -> ChangeSummary:
+        """The summary of these changes; ``paths`` maps node ids to current paths."""
+        return ChangeSummary(
+            created=tuple(sorted(self.created)),
+            updated=tuple(sorted(self.updated)),
+            deleted=tuple(sorted(self.deleted)),
+            chunks={
+                paths[i]: len(c.changed_coords())
+                for i, c in self.chunks.items()
+                if len(c) and i in paths
+            },
+        )

@@ -37,18 +37,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import InvalidInputError
-from .format.coords import coord_keys
-from .format.manifest import merge_refs
-from .format.state import SnapshotInfo, State
-from .format.structure import Node
-from .refs import read_latest_state, update_state
-from .snapshot import SnapshotView
+from ..core.branches import DEFAULT_BRANCH
+from ..core.refs import read_latest_state, update_state
+from ..core.snapshot import SnapshotView
+from ..errors import InvalidInputError
+from ..format.coords import coord_keys
+from ..format.manifest import merge_refs
+from ..format.state import SnapshotInfo, State
+from ..format.structure import Node
 
 if TYPE_CHECKING:
-    from .repository import Repository
+    from ..core.repository import Repository
 
-DEFAULT_BRANCH = "main"  # the same name as repository.DEFAULT_BRANCH, which imports us
+
 # The columns that locate a chunk's bytes; two refs are equal when all of them are.
 _LOCATION_COLUMNS = ("inline_data", "chunk_id", "virtual_path", "offset", "length", "checksum")
 

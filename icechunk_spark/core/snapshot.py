@@ -7,38 +7,22 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pyarrow as pa
 
-from .errors import NotFoundError
-from .format.coords import coord_keys
-from .format.manifest import decode_manifest, refs_of_array
-from .format.structure import ManifestRef, Node, decode_attributes, decode_structure, node_from_row
-from .storage import Storage
+from ..errors import NotFoundError
+from ..format.coords import coord_keys
+from ..format.keys import attributes_key, chunk_key, manifest_key, structure_key
+from ..format.manifest import decode_manifest, refs_of_array
+from ..format.structure import ManifestRef, Node, decode_attributes, decode_structure, node_from_row
+from ..storage import Storage
+
+if TYPE_CHECKING:
+    from .virtual_reads import VirtualReader
 
 RefKind = Literal["inline", "native", "virtual"]
-
-
-def manifest_key(manifest_id: str) -> str:
-    return f"m/{manifest_id}"
-
-
-def structure_key(structure_id: str) -> str:
-    return f"s/{structure_id}"
-
-
-def attributes_key(attrs_id: str) -> str:
-    return f"a/{attrs_id}"
-
-
-def chunk_key(chunk_id: str) -> str:
-    return f"c/{chunk_id}"
-
-
-def txlog_key(snapshot_id: str) -> str:
-    return f"x/{snapshot_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,3 +226,77 @@ class SnapshotView:
         return (
             n for p, n in self.nodes.items() if p.startswith(prefix) and "/" not in p[len(prefix) :]
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestInfo:
+    """One manifest of a snapshot: which set, which arrays, how many refs, how many bytes."""
+
+    id: str
+    set_name: str
+    arrays: tuple[str, ...]
+    refs: int
+    bytes: int
+
+
+def manifest_infos(view: SnapshotView, sizes: Mapping[str, int]) -> list[ManifestInfo]:
+    """Every manifest of ``view``'s snapshot; ``sizes``: bytes per manifest id."""
+    members: dict[str, list[Node]] = {}
+    refs: dict[str, int] = {}
+    set_names: dict[str, str] = {}
+    for node in sorted(view.nodes.values(), key=lambda n: n.path):
+        for m in node.manifests:
+            members.setdefault(m.manifest_id, []).append(node)
+            refs[m.manifest_id] = refs.get(m.manifest_id, 0) + m.ref_count
+            set_names[m.manifest_id] = m.set_name
+    return [
+        ManifestInfo(
+            id=mid,
+            set_name=set_names[mid],
+            arrays=tuple(n.path for n in nodes),
+            refs=refs[mid],
+            bytes=sizes.get(mid, 0),
+        )
+        for mid, nodes in members.items()
+    ]
+
+
+class ViewCache:
+    """The most recently used snapshot views of a repository handle, bounded."""
+
+    SIZE = 32
+
+    def __init__(self) -> None:
+        self._views: dict[str, SnapshotView] = {}
+        self._lock = threading.Lock()
+
+    def get(self, snapshot_id: str) -> SnapshotView | None:
+        with self._lock:
+            return self._views.get(snapshot_id)
+
+    def put(self, view: SnapshotView) -> None:
+        with self._lock:
+            if len(self._views) >= self.SIZE:
+                self._views.pop(next(iter(self._views)))
+            self._views[view.snapshot_id] = view
+
+
+def read_ref(
+    storage: Storage,
+    virtual: VirtualReader,
+    ref: ChunkRef,
+    byte_range: tuple[int, int | None] | None = None,
+) -> bytes:
+    """The bytes a chunk ref points to (a sub-range of them with ``byte_range``)."""
+    start, end = 0, ref.length
+    if byte_range is not None:
+        start = min(byte_range[0], ref.length)
+        end = ref.length if byte_range[1] is None else min(byte_range[1], ref.length)
+    if ref.kind == "inline":
+        assert ref.inline_data is not None
+        return ref.inline_data[start:end]
+    if ref.kind == "native":
+        assert ref.chunk_id is not None
+        return storage.get_range(chunk_key(ref.chunk_id), ref.offset + start, ref.offset + end)
+    assert ref.virtual_path is not None
+    return virtual.read(ref.virtual_path, ref.offset + start, end - start, ref.checksum)

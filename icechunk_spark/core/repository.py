@@ -5,40 +5,33 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from . import gc, history
+from ..errors import AlreadyExistsError, NotFoundError
+from ..format.keys import MANIFESTS_PREFIX, object_id, state_key
+from ..format.state import SnapshotInfo, State
+from ..ops import gc, history
+from ..progress import Progress, track
+from ..splitting import ManifestConfig, default_config, parse_config
+from ..storage import Storage, open_storage
+from . import branches
+from .branches import DEFAULT_BRANCH, check_ref_name, snapshot_as_of, walk
 from .config import RepositoryConfig
-from .containers import Authorization, VirtualReader
-from .errors import AlreadyExistsError, InvalidInputError, NotFoundError
-from .format.ids import new_object_id
-from .format.state import Ref, SnapshotInfo, State
-from .format.structure import Node, encode_structure
+from .containers import Authorization
 from .preload import start_preload
-from .progress import Progress, track
-from .refs import publish_state, read_latest_state, state_key, update_state
+from .refs import initial_state, publish_state, read_latest_state, update_state
 from .session import Session
-from .snapshot import ChunkRef, ManifestCache, SnapshotView, chunk_key, structure_key
-from .splitting import ManifestConfig, default_config, parse_config
-from .storage import Storage, open_storage
-
-DEFAULT_BRANCH = "main"
-
-
-@dataclass(frozen=True, slots=True)
-class ManifestInfo:
-    """One manifest of a snapshot: which set, which arrays, how many refs, how many bytes."""
-
-    id: str
-    set_name: str
-    arrays: tuple[str, ...]
-    refs: int
-    bytes: int
-
-
-_VIEW_CACHE_SIZE = 32
+from .snapshot import (
+    ChunkRef,
+    ManifestCache,
+    ManifestInfo,
+    SnapshotView,
+    ViewCache,
+    manifest_infos,
+    read_ref,
+)
+from .virtual_reads import VirtualReader
 
 
 class Repository:
@@ -56,28 +49,64 @@ class Repository:
         authorize_virtual: Authorization | list[str] | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self.storage = storage
+        """Prefer ``Repository.open`` / ``create`` / ``open_or_create``."""
+        self._storage = storage
         self._storage_options = dict(storage_options or {})
         self._config_override = config_override
         self._authorized = _authorization(authorize_virtual)
-        self.config = RepositoryConfig.from_dict(state.config).merged(config_override)
-        self.manifest_config: ManifestConfig = (
-            parse_config(self.config.manifests)
-            if self.config.manifests is not None
+        self._config = RepositoryConfig.from_dict(state.config).merged(config_override)
+        self._manifest_config: ManifestConfig = (
+            parse_config(self._config.manifests)
+            if self._config.manifests is not None
             else default_config()
         )
-        self.manifest_cache = ManifestCache(storage)
-        self.pool = ThreadPoolExecutor(
-            max_workers=self.config.max_concurrent_writes, thread_name_prefix="icechunk-io"
+        self._manifest_cache = ManifestCache(storage)
+        self._pool = ThreadPoolExecutor(
+            max_workers=self._config.max_concurrent_writes, thread_name_prefix="icechunk-io"
         )
-        self.virtual_reader = VirtualReader(
-            self.config.virtual_chunk_containers,
+        self._virtual_reader = VirtualReader(
+            self._config.virtual_chunk_containers,
             self._authorized,
-            verify_checksums=self.config.verify_virtual_checksums,
+            verify_checksums=self._config.verify_virtual_checksums,
         )
-        self._views: dict[str, SnapshotView] = {}
-        self.preload_thread: threading.Thread | None = None
-        self._views_lock = threading.Lock()
+        self._views = ViewCache()
+        self._preload_thread: threading.Thread | None = None
+
+    # -- what the handle holds (read-only) ---------------------------------------------------
+    @property
+    def storage(self) -> Storage:
+        """Where the repository's objects live."""
+        return self._storage
+
+    @property
+    def config(self) -> RepositoryConfig:
+        """The stored config under this handle's overrides."""
+        return self._config
+
+    @property
+    def manifest_config(self) -> ManifestConfig:
+        """The manifest-splitting config that commits pack manifests under."""
+        return self._manifest_config
+
+    @property
+    def manifest_cache(self) -> ManifestCache:
+        """Decoded manifests, shared by every session of this handle."""
+        return self._manifest_cache
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        """The I/O threads that write manifests and chunk files (``max_concurrent_writes``)."""
+        return self._pool
+
+    @property
+    def virtual_reader(self) -> VirtualReader:
+        """Reads virtual refs from the containers this handle authorized."""
+        return self._virtual_reader
+
+    @property
+    def preload_thread(self) -> threading.Thread | None:
+        """The thread preloading the manifests of the latest session's snapshot, if any."""
+        return self._preload_thread
 
     # -- opening --------------------------------------------------------------------------
     @classmethod
@@ -90,30 +119,22 @@ class Repository:
     ) -> Repository:
         """Create an empty repository with one branch, ``main``, at an empty snapshot.
 
+        Args:
+            url: ``file:///path``, a plain path, ``s3://bucket/prefix`` or ``memory://name``.
+            config: settings to store (keys not given take their defaults).
+            storage_options: for the storage backend (s3fs's ``key``, ``endpoint_url``...).
+            authorize_virtual: container prefixes this handle may read virtual refs from,
+                or ``{prefix: fsspec options}``.
+
+        Returns:
+            The open repository.
+
         Raises:
             AlreadyExistsError: a repository exists at ``url`` already.
             ConfigError: ``config`` is invalid.
         """
         storage = open_storage(url, **dict(storage_options or {}))
-        repo_config = RepositoryConfig().merged(config)
-        empty_structure, _, _ = encode_structure([], new_object_id())
-        structure_id = new_object_id()
-        storage.put(structure_key(structure_id), empty_structure)
-        snapshot = SnapshotInfo(
-            id=new_object_id(),
-            parent_id=None,
-            timestamp_ms=_now_ms(),
-            structure_file=structure_id,
-            message="Repository initialized",
-        )
-        state = State(
-            id=new_object_id(),
-            generation=0,
-            store_root=storage.url,
-            snapshots={snapshot.id: snapshot},
-            refs={DEFAULT_BRANCH: Ref(DEFAULT_BRANCH, snapshot.id, "branch")},
-            config=repo_config.to_dict(),
-        )
+        state = initial_state(storage, RepositoryConfig().merged(config).to_dict())
         if storage.exists(state_key(0)) or not publish_state(storage, state):
             raise AlreadyExistsError(
                 f"a repository exists at {storage.url} already; open it with Repository.open"
@@ -128,7 +149,13 @@ class Repository:
         storage_options: Mapping[str, Any] | None = None,
         authorize_virtual: Authorization | list[str] | None = None,
     ) -> Repository:
-        """Open an existing repository; ``config`` overrides stored settings for this handle.
+        """Open an existing repository.
+
+        Args:
+            url: as for ``create``.
+            config: overrides of stored settings, for this handle only.
+            storage_options: as for ``create``.
+            authorize_virtual: as for ``create``.
 
         Raises:
             NotFoundError: there is no repository at ``url``.
@@ -144,6 +171,11 @@ class Repository:
         storage_options: Mapping[str, Any] | None = None,
         authorize_virtual: Authorization | list[str] | None = None,
     ) -> Repository:
+        """Open the repository at ``url``, creating it first if there is none.
+
+        Safe under races: when another process creates it meanwhile, that one is opened.
+        Args as ``create``.
+        """
         try:
             return cls.open(url, config, storage_options, authorize_virtual)
         except NotFoundError:
@@ -154,6 +186,7 @@ class Repository:
 
     @staticmethod
     def exists(url: str | Storage, storage_options: Mapping[str, Any] | None = None) -> bool:
+        """Whether a repository exists at ``url`` (it has a readable state file)."""
         try:
             read_latest_state(open_storage(url, **dict(storage_options or {})))
             return True
@@ -202,8 +235,8 @@ class Repository:
     def adopt_config(self, stored: Mapping[str, Any]) -> None:
         """Use ``stored`` (a state's config) from now on, under this handle's overrides."""
         new = RepositoryConfig.from_dict(stored)
-        self.config = new.merged(self._config_override) if self._config_override else new
-        self.manifest_config = (
+        self._config = new.merged(self._config_override) if self._config_override else new
+        self._manifest_config = (
             parse_config(new.manifests) if new.manifests is not None else default_config()
         )
 
@@ -225,46 +258,40 @@ class Repository:
     ) -> Session:
         """A read-only session at a branch tip, a tag, a snapshot, or a branch as of a time.
 
-        ``as_of``: a ``datetime`` or an ISO 8601 string (``"2024-05-01"``,
-        ``"2024-05-01T12:00:00+02:00"``); without a time zone it is UTC.
+        Args:
+            branch: read this branch's tip (default: ``main``, if nothing else is given).
+            tag: read the snapshot this tag points at.
+            snapshot_id: read this snapshot.
+            as_of: with a branch, its newest snapshot at or before this time: a ``datetime``
+                or an ISO 8601 string (``"2024-05-01"``, ``"2024-05-01T12:00:00+02:00"``);
+                without a time zone it is UTC.
+
+        Raises:
+            NotFoundError: no such branch, tag or snapshot, or none that old.
+            InvalidInputError: ``as_of`` is not a time.
         """
         state = self.state()
         target = state.resolve(branch, tag, snapshot_id, DEFAULT_BRANCH)
         if as_of is not None:
-            target = self._as_of(state, target, as_of)
+            target = snapshot_as_of(state, target, as_of)
         view = self._view_with_preload(target, state)
         on_branch = None if tag is not None or snapshot_id is not None else branch
         return Session(self, view, on_branch, read_only=True)
 
-    def _as_of(self, state: State, tip: str, as_of: datetime | str) -> str:
-        if isinstance(as_of, str):
-            try:
-                as_of = datetime.fromisoformat(as_of)
-            except ValueError:
-                raise InvalidInputError(
-                    f"as_of={as_of!r} is not an ISO 8601 date or time; pass a datetime or "
-                    "a string like '2024-05-01' or '2024-05-01T12:00:00+00:00'"
-                ) from None
-        if not isinstance(as_of, datetime):
-            raise InvalidInputError(
-                f"as_of must be a datetime or an ISO 8601 string, not {as_of!r}"
-            )
-        if as_of.tzinfo is None:
-            as_of = as_of.replace(tzinfo=UTC)
-        limit = int(as_of.timestamp() * 1000)
-        for info in _walk(state, tip):
-            if info.timestamp_ms <= limit:
-                return info.id
-        raise NotFoundError(f"no snapshot at or before {as_of.isoformat()} on that branch")
-
     def _view_with_preload(self, snapshot_id: str, state: State) -> SnapshotView:
         view = self.snapshot_view(snapshot_id, state)
-        self.preload_thread = start_preload(view, self.manifest_config.preload, self.manifest_cache)
+        self._preload_thread = start_preload(
+            view, self.manifest_config.preload, self.manifest_cache
+        )
         return view
 
     def snapshot_view(self, snapshot_id: str, state: State | None = None) -> SnapshotView:
-        with self._views_lock:
-            view = self._views.get(snapshot_id)
+        """The (cached) view of one snapshot; ``state``: where to look its files up.
+
+        Raises:
+            NotFoundError: no such snapshot.
+        """
+        view = self._views.get(snapshot_id)
         if view is not None:
             return view
         info = (state or self.state()).snapshot(snapshot_id)
@@ -275,29 +302,12 @@ class Repository:
         return view
 
     def remember_view(self, view: SnapshotView) -> None:
-        with self._views_lock:
-            if len(self._views) >= _VIEW_CACHE_SIZE:
-                self._views.pop(next(iter(self._views)))
-            self._views[view.snapshot_id] = view
+        """Cache ``view`` (a session's own commit) so new sessions skip reading it."""
+        self._views.put(view)
 
     def read_ref(self, ref: ChunkRef, byte_range: tuple[int, int | None] | None = None) -> bytes:
         """The bytes a chunk ref points to (a sub-range of them with ``byte_range``)."""
-        start, end = 0, ref.length
-        if byte_range is not None:
-            start = min(byte_range[0], ref.length)
-            end = ref.length if byte_range[1] is None else min(byte_range[1], ref.length)
-        if ref.kind == "inline":
-            assert ref.inline_data is not None
-            return ref.inline_data[start:end]
-        if ref.kind == "native":
-            assert ref.chunk_id is not None
-            return self.storage.get_range(
-                chunk_key(ref.chunk_id), ref.offset + start, ref.offset + end
-            )
-        assert ref.virtual_path is not None
-        return self.virtual_reader.read(
-            ref.virtual_path, ref.offset + start, end - start, ref.checksum
-        )
+        return read_ref(self.storage, self.virtual_reader, ref, byte_range)
 
     # -- manifests ------------------------------------------------------------------------
     def manifests(
@@ -306,26 +316,11 @@ class Repository:
         """Every manifest of a snapshot (default: the tip of ``branch`` or main)."""
         state = self.state()
         target = state.resolve(branch, None, snapshot_id, DEFAULT_BRANCH)
-        view = self.snapshot_view(target, state)
-        members: dict[str, list[Node]] = {}
-        refs: dict[str, int] = {}
-        set_names: dict[str, str] = {}
-        for node in sorted(view.nodes.values(), key=lambda n: n.path):
-            for m in node.manifests:
-                members.setdefault(m.manifest_id, []).append(node)
-                refs[m.manifest_id] = refs.get(m.manifest_id, 0) + m.ref_count
-                set_names[m.manifest_id] = m.set_name
-        sizes = {info.key[len("m/") :]: info.size for info in self.storage.list("m/")}
-        return [
-            ManifestInfo(
-                id=mid,
-                set_name=set_names[mid],
-                arrays=tuple(n.path for n in nodes),
-                refs=refs[mid],
-                bytes=sizes.get(mid, 0),
-            )
-            for mid, nodes in members.items()
-        ]
+        sizes = {
+            object_id(info.key, MANIFESTS_PREFIX): info.size
+            for info in self.storage.list(MANIFESTS_PREFIX)
+        }
+        return manifest_infos(self.snapshot_view(target, state), sizes)
 
     def rewrite_manifests(
         self,
@@ -353,71 +348,70 @@ class Repository:
 
     # -- branches and tags ----------------------------------------------------------------
     def list_branches(self) -> dict[str, str]:
+        """``{branch name: tip snapshot id}``."""
         return self.state().branches()
 
     def lookup_branch(self, name: str) -> str:
+        """The tip of a branch. Raises ``NotFoundError``."""
         return self.state().branch(name).snapshot_id
 
     def create_branch(self, name: str, snapshot_id: str) -> None:
-        _check_ref_name(name)
+        """Create branch ``name`` at ``snapshot_id``.
 
-        def change(state: State) -> State:
-            state.snapshot(snapshot_id)
-            if name in state.refs:
-                raise AlreadyExistsError(f"a {state.refs[name].type} named {name!r} exists already")
-            return state.next(refs={**state.refs, name: Ref(name, snapshot_id, "branch")})
-
-        update_state(self.storage, change)
+        Raises:
+            AlreadyExistsError: a branch or tag of that name exists.
+            NotFoundError: no such snapshot.
+            InvalidInputError: the name is not allowed.
+        """
+        check_ref_name(name)
+        self._change_state(branches.with_new_branch, name, snapshot_id)
 
     def reset_branch(self, name: str, snapshot_id: str) -> None:
-        """Point ``name`` at ``snapshot_id`` (any snapshot, not just an ancestor)."""
+        """Point ``name`` at ``snapshot_id`` (any snapshot, not just an ancestor).
 
-        def change(state: State) -> State:
-            state.branch(name)
-            state.snapshot(snapshot_id)
-            return state.next(refs={**state.refs, name: Ref(name, snapshot_id, "branch")})
-
-        update_state(self.storage, change)
+        Raises:
+            NotFoundError: no such branch or snapshot.
+        """
+        self._change_state(branches.with_branch_reset, name, snapshot_id)
 
     def delete_branch(self, name: str) -> None:
-        if name == DEFAULT_BRANCH:
-            raise InvalidInputError(f"the {DEFAULT_BRANCH!r} branch cannot be deleted")
+        """Delete branch ``name`` (its snapshots stay until expired).
 
-        def change(state: State) -> State:
-            state.branch(name)
-            return state.next(refs={k: v for k, v in state.refs.items() if k != name})
-
-        update_state(self.storage, change)
+        Raises:
+            NotFoundError: no such branch.
+            InvalidInputError: ``name`` is the default branch.
+        """
+        self._change_state(branches.without_branch, name)
 
     def list_tags(self) -> dict[str, str]:
+        """``{tag name: snapshot id}``."""
         return self.state().tags()
 
     def lookup_tag(self, name: str) -> str:
+        """The snapshot a tag points at. Raises ``NotFoundError``."""
         return self.state().tag(name).snapshot_id
 
     def create_tag(self, name: str, snapshot_id: str) -> None:
-        """Tags are immutable: creating an existing name raises ``AlreadyExistsError``."""
-        _check_ref_name(name)
+        """Tag ``snapshot_id`` as ``name``; tags are immutable.
 
-        def change(state: State) -> State:
-            state.snapshot(snapshot_id)
-            if name in state.refs:
-                raise AlreadyExistsError(
-                    f"a {state.refs[name].type} named {name!r} exists already; tags are immutable"
-                )
-            return state.next(refs={**state.refs, name: Ref(name, snapshot_id, "tag")})
-
-        update_state(self.storage, change)
+        Raises:
+            AlreadyExistsError: a branch or tag of that name exists.
+            NotFoundError: no such snapshot.
+            InvalidInputError: the name is not allowed.
+        """
+        check_ref_name(name)
+        self._change_state(branches.with_new_tag, name, snapshot_id)
 
     def delete_tag(self, name: str) -> None:
-        def change(state: State) -> State:
-            state.tag(name)
-            return state.next(refs={k: v for k, v in state.refs.items() if k != name})
+        """Delete tag ``name``. Raises ``NotFoundError``."""
+        self._change_state(branches.without_tag, name)
 
-        update_state(self.storage, change)
+    def _change_state(self, change: Callable[..., State], *args: str) -> None:
+        update_state(self._storage, lambda state: change(state, *args))
 
     # -- history --------------------------------------------------------------------------
     def lookup_snapshot(self, snapshot_id: str) -> SnapshotInfo:
+        """The listed snapshot ``snapshot_id``. Raises ``NotFoundError`` (also once expired)."""
         return self.state().snapshot(snapshot_id)
 
     def ancestry(
@@ -425,7 +419,7 @@ class Repository:
     ) -> Iterator[SnapshotInfo]:
         """Snapshots from the given one back to the first, newest first."""
         state = self.state()
-        yield from _walk(state, state.resolve(branch, tag, snapshot_id, DEFAULT_BRANCH))
+        yield from walk(state, state.resolve(branch, tag, snapshot_id, DEFAULT_BRANCH))
 
     def diff(
         self,
@@ -476,25 +470,11 @@ class Repository:
         )
 
     def close(self) -> None:
+        """Wait for writes in flight and release the I/O threads."""
         self.pool.shutdown(wait=True)
 
     def __repr__(self) -> str:
         return f"<Repository {self.storage.url}>"
-
-
-def _walk(state: State, start: str) -> Iterator[SnapshotInfo]:
-    cursor: str | None = start
-    while cursor is not None:
-        info = state.snapshots.get(cursor)
-        if info is None:
-            return  # history beyond here was expired
-        yield info
-        cursor = info.parent_id
-
-
-def _check_ref_name(name: str) -> None:
-    if not name or "/" in name or name.strip() != name:
-        raise InvalidInputError(f"invalid branch or tag name {name!r}")
 
 
 def _authorization(value: Authorization | list[str] | None) -> dict[str, dict[str, Any]]:
@@ -509,7 +489,3 @@ def _reopen(
     storage: Storage, config: Any, authorized: Authorization, storage_options: Mapping[str, Any]
 ) -> Repository:
     return Repository.open(storage, config, storage_options, dict(authorized))
-
-
-def _now_ms() -> int:
-    return int(datetime.now(tz=UTC).timestamp() * 1000)

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 DEFAULT_INLINE_CHUNK_THRESHOLD = 512
 
@@ -85,7 +85,7 @@ class RepositoryConfig:
             except (re.error, TypeError) as exc:
                 raise ConfigError(f"config.chunk_statistics[{i}] is not a regex: {exc}") from exc
         if self.manifests is not None:
-            from .splitting import parse_config
+            from ..splitting import parse_config
 
             parse_config(self.manifests)
 

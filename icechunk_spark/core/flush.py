@@ -13,15 +13,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 
-from .changes import ChangeSet
-from .format.coords import decode_coords
-from .format.ids import new_object_id
-from .format.manifest import attach_stats, encode_manifest, merge_refs, with_array_id
-from .format.structure import ManifestRef, Node, encode_structure, make_node
-from .format.txlog import NodeChange, chunk_changes, encode_txlog
-from .progress import Progress, track
-from .snapshot import SnapshotView, attributes_key, manifest_key, structure_key, txlog_key
-from .splitting import (
+from ..format.coords import decode_coords
+from ..format.ids import new_object_id
+from ..format.keys import attributes_key, manifest_key, structure_key, txlog_key
+from ..format.manifest import attach_stats, encode_manifest, merge_refs, with_array_id
+from ..format.structure import ManifestRef, Node, encode_structure, make_node
+from ..format.txlog import ChangeKind, NodeChange, chunk_changes, encode_txlog
+from ..progress import Progress, track
+from ..splitting import (
     ArrayStats,
     ExistingManifest,
     ManifestConfig,
@@ -30,7 +29,9 @@ from .splitting import (
     plan_manifests,
     split_spec,
 )
-from .storage import Storage
+from ..storage import Storage
+from .changes import ChangeSet
+from .snapshot import SnapshotView
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,12 +275,14 @@ def coords_extent(refs: pa.Table, ndim: int) -> tuple[tuple[int, int], ...]:
 
 
 def _node_changes(changes: ChangeSet, arrays: Mapping[int, Node]) -> list[NodeChange]:
-    out = [NodeChange(p, n.id, "delete_node") for p, n in changes.deleted.items()]
+    out = [NodeChange(p, n.id, ChangeKind.DELETE_NODE) for p, n in changes.deleted.items()]
     out += [
-        NodeChange(arrays[i].path, i, "replace_chunks") for i in changes.attached if i in arrays
+        NodeChange(arrays[i].path, i, ChangeKind.REPLACE_CHUNKS)
+        for i in changes.attached
+        if i in arrays
     ]
-    out += [NodeChange(p, n.id, f"new_{n.type}") for p, n in changes.created.items()]
-    out += [NodeChange(p, n.id, "update_metadata") for p, n in changes.updated.items()]
+    out += [NodeChange(p, n.id, ChangeKind.created(n.type)) for p, n in changes.created.items()]
+    out += [NodeChange(p, n.id, ChangeKind.UPDATE_METADATA) for p, n in changes.updated.items()]
     return out
 
 

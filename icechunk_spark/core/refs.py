@@ -20,33 +20,30 @@ Two things make this truthful under faults:
 from __future__ import annotations
 
 import contextlib
-import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Any
 
-from .errors import (
+from ..errors import (
     CommitStateUnknownError,
-    IcechunkSparkError,
     NotFoundError,
+    RetriesExhaustedError,
     StorageCredentialsError,
     StorageError,
     StorageNotFoundError,
 )
-from .format.ids import new_object_id
-from .format.state import State, decode_state, encode_state
-from .storage import Storage
+from ..format.ids import new_object_id
+from ..format.keys import HINT_KEY, STATE_PREFIX, state_key, structure_key
+from ..format.state import Ref, SnapshotInfo, State, decode_state, encode_state
+from ..format.structure import encode_structure
+from ..retry import CAS_BACKOFF
+from ..storage import Storage
+from .branches import DEFAULT_BRANCH
 
-HINT_KEY = "icechunk.json"
-STATE_PREFIX = "t/"
 MAX_CAS_ATTEMPTS = 100
 # Attempts at creating one state file when storage fails or answers ambiguously.
 PUBLISH_ATTEMPTS = 5
-
-
-def state_key(generation: int) -> str:
-    # Zero-padded so listing order is generation order.
-    return f"{STATE_PREFIX}{generation:020d}"
 
 
 def read_latest_state(storage: Storage) -> State:
@@ -128,7 +125,7 @@ def _create_exactly(storage: Storage, key: str, data: bytes) -> bool:
             pass
         except StorageError as exc:
             reason = str(exc)
-        _backoff(attempt)
+        CAS_BACKOFF.sleep(attempt)
     raise CommitStateUnknownError(
         None, f"creating {key!r} in {storage.url} failed {PUBLISH_ATTEMPTS} times ({reason})"
     )
@@ -147,12 +144,31 @@ def update_state(storage: Storage, change: Callable[[State], State | None]) -> S
             return current
         if publish_state(storage, proposed):
             return proposed
-        _backoff(attempt)
-    raise IcechunkSparkError(
+        CAS_BACKOFF.sleep(attempt)
+    raise RetriesExhaustedError(
         f"gave up after {MAX_CAS_ATTEMPTS} lost compare-and-swap races on {storage.url}; "
         "too many concurrent writers, retry later"
     )
 
 
-def _backoff(attempt: int) -> None:
-    time.sleep(min(0.5, 0.005 * (2 ** min(attempt, 7))) * random.random())
+def initial_state(storage: Storage, config: Mapping[str, Any]) -> State:
+    """State 0 of a new repository: branch ``main`` at an empty snapshot, whose (empty)
+    structure file this writes; publishing the state is the caller's."""
+    empty_structure, _, _ = encode_structure([], new_object_id())
+    structure_id = new_object_id()
+    storage.put(structure_key(structure_id), empty_structure)
+    snapshot = SnapshotInfo(
+        id=new_object_id(),
+        parent_id=None,
+        timestamp_ms=int(time.time() * 1000),
+        structure_file=structure_id,
+        message="Repository initialized",
+    )
+    return State(
+        id=new_object_id(),
+        generation=0,
+        store_root=storage.url,
+        snapshots={snapshot.id: snapshot},
+        refs={DEFAULT_BRANCH: Ref(DEFAULT_BRANCH, snapshot.id, "branch")},
+        config=dict(config),
+    )

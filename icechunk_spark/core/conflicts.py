@@ -17,26 +17,53 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import CHUNK_CONFLICT, Conflict, InvalidInputError
+from ..format.coords import decode_coords
+from ..format.structure import Node
+from ..format.txlog import ChangeKind, TransactionLog
 from .changes import ChangeSet
-from .errors import CHUNK_CONFLICT, Conflict
-from .format.coords import decode_coords
-from .format.structure import Node
-from .format.txlog import TransactionLog
 
-OnConflict = Literal["fail", "ours", "theirs"]
+
+class ConflictPolicy(StrEnum):
+    """What a commit does with chunks that it and a concurrent commit both wrote."""
+
+    FAIL = "fail"  # raise ConflictError (the default)
+    OURS = "ours"  # keep our chunks
+    THEIRS = "theirs"  # keep theirs, drop ours
+
+    @classmethod
+    def parse(cls, value: ConflictPolicy | str) -> ConflictPolicy:
+        """``value`` as a policy; strings are accepted.
+
+        Raises:
+            InvalidInputError: ``value`` names no policy.
+        """
+        try:
+            return cls(value)
+        except ValueError:
+            raise InvalidInputError(
+                f"on_conflict must be 'fail', 'ours' or 'theirs', not {value!r}"
+            ) from None
+
+
+# A policy, or its name as a string.
+OnConflict = ConflictPolicy | Literal["fail", "ours", "theirs"]
+
+_CREATED = frozenset({ChangeKind.NEW_GROUP, ChangeKind.NEW_ARRAY})
 
 
 @dataclass(frozen=True, slots=True)
 class Theirs:
     """What the concurrent snapshots changed, merged over all their transaction logs."""
 
-    node_kinds: Mapping[str, frozenset[str]]
+    node_kinds: Mapping[str, frozenset[ChangeKind]]
     node_ids_deleted: frozenset[int]
     node_ids_updated: frozenset[int]
     node_ids_replaced: frozenset[int]  # all chunks replaced by attached manifests
@@ -44,7 +71,7 @@ class Theirs:
 
     @classmethod
     def from_logs(cls, logs: Iterable[TransactionLog]) -> Theirs:
-        kinds: dict[str, set[str]] = {}
+        kinds: dict[str, set[ChangeKind]] = {}
         deleted: set[int] = set()
         updated: set[int] = set()
         replaced: set[int] = set()
@@ -52,11 +79,11 @@ class Theirs:
         for log in logs:
             for change in log.nodes:
                 kinds.setdefault(change.path, set()).add(change.kind)
-                if change.kind == "delete_node":
+                if change.kind is ChangeKind.DELETE_NODE:
                     deleted.add(change.node_id)
-                elif change.kind == "update_metadata":
+                elif change.kind is ChangeKind.UPDATE_METADATA:
                     updated.add(change.node_id)
-                elif change.kind == "replace_chunks":
+                elif change.kind is ChangeKind.REPLACE_CHUNKS:
                     replaced.add(change.node_id)
             for node_id, coords in log.chunk_coords_by_node().items():
                 chunks.setdefault(node_id, []).append(coords)
@@ -122,13 +149,13 @@ def _node_conflicts(ours: ChangeSet, theirs: Theirs) -> list[Conflict]:
     conflicts = []
     for path in ours.created:
         kinds = theirs.node_kinds.get(path, frozenset())
-        if "new_group" in kinds or "new_array" in kinds:
+        if kinds & _CREATED:
             conflicts.append(Conflict(path, "node created concurrently at the same path"))
     for path in ours.updated:
         kinds = theirs.node_kinds.get(path, frozenset())
-        if "update_metadata" in kinds:
+        if ChangeKind.UPDATE_METADATA in kinds:
             conflicts.append(Conflict(path, "metadata updated concurrently"))
-        if "delete_node" in kinds:
+        if ChangeKind.DELETE_NODE in kinds:
             conflicts.append(Conflict(path, "metadata update of a node deleted concurrently"))
     for path, node in ours.deleted.items():
         if node.id in theirs.node_ids_updated or node.id in theirs.chunks:
@@ -138,10 +165,8 @@ def _node_conflicts(ours: ChangeSet, theirs: Theirs) -> list[Conflict]:
 
 def _tree_conflicts(ours: ChangeSet, theirs: Theirs) -> list[Conflict]:
     """Changes that, rebased, would leave a node without its parent group."""
-    deleted_by_them = {p for p, k in theirs.node_kinds.items() if "delete_node" in k}
-    created_by_them = {
-        p for p, k in theirs.node_kinds.items() if "new_group" in k or "new_array" in k
-    }
+    deleted_by_them = {p for p, k in theirs.node_kinds.items() if ChangeKind.DELETE_NODE in k}
+    created_by_them = {p for p, k in theirs.node_kinds.items() if k & _CREATED}
     conflicts = []
     for path in ours.created:
         if any(a in deleted_by_them for a in _ancestors(path)):
@@ -215,13 +240,13 @@ def _off_grid(node: Node, coords: pa.Array, chunk_shape: tuple[int, ...] | None)
     return None
 
 
-def resolve(found: Found, ours: ChangeSet, policy: OnConflict) -> Sequence[Conflict]:
+def resolve(found: Found, ours: ChangeSet, policy: ConflictPolicy) -> Sequence[Conflict]:
     """Apply ``policy`` to chunk conflicts; returns the conflicts left unresolved."""
-    if policy == "fail" or not found.conflicts:
+    if policy is ConflictPolicy.FAIL or not found.conflicts:
         return found.conflicts
     if not found.only_chunks:
         return [c for c in found.conflicts if c.kind != CHUNK_CONFLICT]
-    if policy == "theirs":
+    if policy is ConflictPolicy.THEIRS:
         for node_id, coords in found.chunk_overlaps.items():
             ours.chunks[node_id].drop_coords(coords)
     return ()

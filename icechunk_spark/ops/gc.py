@@ -56,29 +56,43 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from .errors import FormatError, NotFoundError
-from .format.parquet import read_parquet_bytes
-from .format.state import GCFence, SnapshotInfo, State, decode_state
-from .format.structure import StructureRow, decode_structure
+from ..core.refs import read_latest_state, update_state
+from ..errors import FormatError, NotFoundError
+from ..format.keys import (
+    ATTRIBUTES_PREFIX,
+    CHUNKS_PREFIX,
+    HINT_KEY,
+    MANIFESTS_PREFIX,
+    STAGING_PREFIX,
+    STATE_PREFIX,
+    STRUCTURES_PREFIX,
+    TXLOGS_PREFIX,
+    attributes_key,
+    chunk_key,
+    manifest_key,
+    state_key,
+    structure_key,
+    txlog_key,
+)
+from ..format.parquet import read_parquet_bytes
+from ..format.state import GCFence, SnapshotInfo, State, decode_state
+from ..format.structure import StructureRow, decode_structure
+from ..progress import Progress, track
+from ..storage import ObjectInfo, Storage
 from .history import utc_ms
-from .progress import Progress, track
-from .refs import HINT_KEY, STATE_PREFIX, read_latest_state, state_key, update_state
-from .snapshot import attributes_key, chunk_key, manifest_key, structure_key, txlog_key
-from .storage import ObjectInfo, Storage
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
 
-    from .repository import Repository
+    from ..core.repository import Repository
 
-STAGING_PREFIX = "staging/"  # write areas of Spark jobs: never reachable from a snapshot
 # Prefix -> the GCSummary field counting deletions under it.
 _KINDS = {
-    "c/": "chunks_deleted",
-    "m/": "manifests_deleted",
-    "s/": "structures_deleted",
-    "a/": "attributes_deleted",
-    "x/": "transaction_logs_deleted",
+    CHUNKS_PREFIX: "chunks_deleted",
+    MANIFESTS_PREFIX: "manifests_deleted",
+    STRUCTURES_PREFIX: "structures_deleted",
+    ATTRIBUTES_PREFIX: "attributes_deleted",
+    TXLOGS_PREFIX: "transaction_logs_deleted",
     STATE_PREFIX: "state_files_deleted",
     STAGING_PREFIX: "staging_files_deleted",
 }

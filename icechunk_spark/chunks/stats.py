@@ -1,0 +1,169 @@
+"""Chunk statistics: ``min``, ``max``, NaN and fill counts of each written chunk.
+
+Recorded when a chunk is written to an array selected by the config's ``chunk_statistics``
+regexes and stored as extra manifest columns; ``inventory.chunks_where`` uses them to skip
+chunks. See ``inventory`` for what they cover (edge chunks read as unknown).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import InvalidInputError
+from ..format.coords import decode_coords
+from ..format.manifest import STAT_FIELDS
+from ..format.structure import ArrayMeta, Node
+from .codec import chunk_codec
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkStats:
+    """Statistics of one chunk; ``min``/``max`` are ``None`` when no value is valid."""
+
+    min: float | None
+    max: float | None
+    nan_count: int
+    fill_count: int
+
+
+def compute_stats(values: np.ndarray, fill_value: Any) -> ChunkStats | None:
+    """Statistics of decoded values; ``None`` for dtypes without an order (strings, ...)."""
+    if values.dtype.kind not in "biuf":
+        return None
+    flat = values.reshape(-1)
+    nan = np.isnan(flat) if flat.dtype.kind == "f" else np.zeros(flat.shape, dtype=bool)
+    fill_is_nan = isinstance(fill_value, float | np.floating) and math.isnan(fill_value)
+    if fill_value is None:
+        fill = np.zeros(flat.shape, dtype=bool)
+    elif fill_is_nan:
+        fill = nan
+    else:
+        fill = flat == fill_value
+    valid = flat[~(nan | fill)]
+    return ChunkStats(
+        min=float(valid.min()) if valid.size else None,
+        max=float(valid.max()) if valid.size else None,
+        nan_count=int(nan.sum()),
+        fill_count=int(fill.sum()),
+    )
+
+
+def stats_enabled(patterns: Sequence[str], path: str) -> bool:
+    """Whether the config's ``chunk_statistics`` regexes select the array at ``path``."""
+    return any(re.fullmatch(p, path) for p in patterns)
+
+
+def chunk_values_stats(node: Node, coord: Sequence[int], values: np.ndarray) -> ChunkStats | None:
+    """Statistics of a full chunk of values, all of it (see the module: edge chunks)."""
+    return compute_stats(values, chunk_codec(node.zarr_json).fill_value)
+
+
+def encoded_chunk_stats(node: Node, coord: Sequence[int], data: bytes) -> ChunkStats | None:
+    """Statistics of an encoded chunk (decoded with the array's codecs).
+
+    Raises:
+        InvalidInputError: the bytes do not decode with the array's codecs.
+    """
+    try:
+        values = chunk_codec(node.zarr_json).decode(data)
+    except Exception as exc:  # codecs raise anything from ValueError to RuntimeError
+        raise InvalidInputError(
+            f"chunk {tuple(coord)} of {node.path!r} does not decode with the array's codecs "
+            f"({exc}); statistics are enabled for this array (config chunk_statistics), so "
+            "its chunks must be valid encoded chunks"
+        ) from exc
+    return chunk_values_stats(node, coord, values)
+
+
+class StatsLog:
+    """Statistics of the chunks a session wrote, keyed by the write itself.
+
+    A row holds the coord and the chunk's identity (chunk id or inline bytes), so the commit
+    attaches statistics only to the chunk they were computed from (``attach_stats``).
+    """
+
+    def __init__(self) -> None:
+        self._rows: dict[int, list[tuple[bytes, str | None, bytes | None, ChunkStats]]] = {}
+        self._lock = threading.Lock()
+
+    def record(
+        self,
+        node_id: int,
+        coord: bytes,
+        chunk_id: str | None,
+        inline: bytes | None,
+        stats: ChunkStats,
+    ) -> None:
+        with self._lock:
+            self._rows.setdefault(node_id, []).append((coord, chunk_id, inline, stats))
+
+    def rename_chunks(self, renamed: dict[str, str]) -> None:
+        """Follow chunk files copied to new ids (see ``ChangeSet.rename_chunks``)."""
+        with self._lock:
+            self._rows = {
+                node: [(c, renamed.get(i, i) if i else i, b, s) for c, i, b, s in rows]
+                for node, rows in self._rows.items()
+            }
+
+    def table(self, node_id: int) -> pa.Table | None:
+        with self._lock:
+            rows = list(self._rows.get(node_id, ()))
+        if not rows:
+            return None
+        return pa.table(
+            {
+                "coord": pa.array([r[0] for r in rows], pa.binary()),
+                "chunk_id": pa.array([r[1] for r in rows], pa.string()),
+                "inline_data": pa.array([r[2] for r in rows], pa.binary()),
+                "stat_min": pa.array([r[3].min for r in rows], pa.float64()),
+                "stat_max": pa.array([r[3].max for r in rows], pa.float64()),
+                "stat_nan_count": pa.array([r[3].nan_count for r in rows], pa.int64()),
+                "stat_fill_count": pa.array([r[3].fill_count for r in rows], pa.int64()),
+            }
+        )
+
+    def tables(self) -> dict[int, pa.Table]:
+        with self._lock:
+            ids = list(self._rows)
+        return {i: t for i in ids if (t := self.table(i)) is not None}
+
+
+def stats_table(refs: pa.Table, meta: ArrayMeta) -> pa.Table:
+    """``coord`` (list of chunk indices) and the ``stat_*`` columns of an array's refs.
+
+    Chunks without statistics, and edge chunks (see ``inventory``), have nulls.
+    """
+    coords = decode_coords(refs.column("coord"), meta.ndim)
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {
+        "coord": pa.FixedSizeListArray.from_arrays(
+            pa.array(coords.reshape(-1), pa.int64()), meta.ndim
+        )
+        if meta.ndim
+        else pa.array([[] for _ in range(refs.num_rows)], pa.list_(pa.int64()))
+    }
+    inside = pa.array(_wholly_inside(coords, meta))
+    for f in STAT_FIELDS:
+        column = (
+            refs.column(f.name).cast(f.type)
+            if f.name in refs.column_names
+            else pa.nulls(refs.num_rows, f.type)
+        )
+        columns[f.name] = pc.if_else(inside, column, pa.scalar(None, f.type))
+    return pa.table(columns)
+
+
+def _wholly_inside(coords: np.ndarray, meta: ArrayMeta) -> np.ndarray:
+    """Per coord: whether the chunk lies wholly inside the array's shape (not an edge chunk)."""
+    if coords.shape[0] == 0 or not meta.shape:
+        return np.ones(coords.shape[0], dtype=bool)
+    ends = (coords + 1) * np.asarray(meta.chunk_shape, dtype=np.int64)
+    return np.asarray(np.all(ends <= np.asarray(meta.shape, dtype=np.int64), axis=1))

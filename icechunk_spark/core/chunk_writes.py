@@ -1,0 +1,74 @@
+"""Turning one chunk write into a ref: inline bytes, a chunk file, or a virtual ref."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from ..chunks.stats import ChunkStats, chunk_values_stats, encoded_chunk_stats, stats_enabled
+from ..errors import InvalidInputError
+from ..format.ids import new_object_id
+from ..format.keys import chunk_key
+from ..format.structure import Node
+from ..storage import Storage
+from .config import RepositoryConfig
+from .containers import resolve_url
+from .snapshot import ChunkRef
+
+
+def store_chunk(storage: Storage, config: RepositoryConfig, data: bytes) -> ChunkRef:
+    """A ref to encoded ``data``: inline when small (config), else a new chunk file in ``c/``."""
+    if len(data) <= config.inline_chunk_threshold_bytes:
+        return ChunkRef("inline", inline_data=data, length=len(data))
+    chunk_id = new_object_id()
+    storage.put(chunk_key(chunk_id), data)
+    return ChunkRef("native", chunk_id=chunk_id, offset=0, length=len(data))
+
+
+def write_statistics(
+    config: RepositoryConfig,
+    node: Node,
+    coord: Sequence[int],
+    *,
+    encoded: bytes | None = None,
+    values: np.ndarray | None = None,
+) -> ChunkStats | None:
+    """Statistics of a chunk written to ``node``, if the config selects the array.
+
+    From ``values`` when the writer has them (no decoding), else decoded from ``encoded``.
+
+    Raises:
+        InvalidInputError: ``encoded`` does not decode with the array's codecs.
+    """
+    if not stats_enabled(config.chunk_statistics, node.path):
+        return None
+    if values is not None:
+        return chunk_values_stats(node, coord, values)
+    assert encoded is not None
+    return encoded_chunk_stats(node, coord, encoded)
+
+
+def virtual_ref(
+    node: Node,
+    coord: Sequence[int],
+    url: str,
+    offset: int,
+    length: int,
+    checksum: str | None,
+    containers: Iterable[str],
+) -> ChunkRef:
+    """A ref to ``length`` bytes at ``offset`` of ``url``, which must lie inside a container.
+
+    Raises:
+        VirtualRefRefusedError: ``url`` lies outside the containers.
+        InvalidInputError: a negative offset or length.
+    """
+    absolute, _ = resolve_url(url, containers)
+    if offset < 0 or length < 0:
+        raise InvalidInputError(
+            f"virtual ref for {node.path!r} {tuple(coord)}: offset and length must be >= 0"
+        )
+    return ChunkRef(
+        "virtual", virtual_path=absolute, offset=int(offset), length=int(length), checksum=checksum
+    )

@@ -1,0 +1,317 @@
+"""The commit protocol: how a session's changes become a snapshot on a branch.
+
+1. **Build**: write the new manifests, the transaction log and the structure file (``flush``).
+   All are new immutable objects; nothing is visible yet.
+2. **Check the requirements** against the latest state:
+
+   - ``AssertRefSnapshotId``: the branch still points at our base. This is the one
+     requirement that decides a commit (the name is pyiceberg's). If another writer moved the
+     branch, our changes are checked against what it committed (``conflicts``): no overlap
+     means we *rebase* onto the new tip and build again; an overlap is a ``ConflictError``,
+     unless the session's ``ConflictPolicy`` resolves it.
+   - ``AssertNoGCSince``: no garbage collection fenced the repository after our objects were
+     written. Otherwise GC could have deleted them: the chunk files are copied to new ids (or
+     ``StaleSessionError`` when already gone) and we build again.
+3. **Publish**: create state file ``t/<g+1>`` with put-if-absent (``refs.publish_state``), the
+   commit point. Losing that race means another writer took generation ``g+1``: back to 2.
+
+A failure anywhere leaves the repository at its previous snapshot; objects written before it
+are orphans that garbage collection removes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from ..chunks.stats import StatsLog
+from ..errors import (
+    CommitStateUnknownError,
+    Conflict,
+    ConflictError,
+    NotFoundError,
+    RetriesExhaustedError,
+    StaleSessionError,
+)
+from ..format.ids import new_object_id
+from ..format.keys import chunk_key, state_key, txlog_key
+from ..format.state import Ref, SnapshotInfo, State
+from ..format.txlog import decode_txlog
+from ..progress import Progress
+from ..retry import CAS_BACKOFF, REBASE_BACKOFF
+from ..splitting import ManifestConfig
+from .changes import ChangeSet
+from .config import RepositoryConfig
+from .conflicts import ConflictPolicy, Theirs, find_conflicts, resolve
+from .flush import BuiltSnapshot, build_snapshot, current_nodes
+from .refs import publish_state, read_latest_state
+from .snapshot import SnapshotView
+
+if TYPE_CHECKING:
+    from .repository import Repository
+
+# Rebases onto concurrent commits, and lost compare-and-swap races, before giving up.
+MAX_REBASES = 200
+MAX_LOST_RACES = 100
+
+ConfigChange = Callable[[RepositoryConfig], RepositoryConfig]
+
+
+@dataclass(frozen=True, slots=True)
+class AssertRefSnapshotId:
+    """Requirement: branch ``ref`` still points at ``snapshot_id`` (the commit's parent)."""
+
+    ref: str
+    snapshot_id: str
+
+    def holds(self, state: State) -> bool:
+        return state.branch(self.ref).snapshot_id == self.snapshot_id
+
+
+@dataclass(frozen=True, slots=True)
+class AssertNoGCSince:
+    """Requirement: no garbage collection fenced the repository after state ``generation``,
+    which was published before any object the commit references was written."""
+
+    generation: int
+
+    def holds(self, state: State) -> bool:
+        fence = state.gc_fence
+        return fence is None or fence.generation <= self.generation
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """A published commit: the snapshot built and the state that made it visible."""
+
+    built: BuiltSnapshot
+    state: State
+
+
+class Commit:
+    """One commit of a change set onto ``branch``; ``run`` publishes it.
+
+    ``base`` and ``fresh_since`` move forward as the commit rebases and protects its objects
+    from GC; the session reads them back, whether the commit succeeds or not.
+    """
+
+    def __init__(
+        self,
+        repo: Repository,
+        branch: str,
+        base: SnapshotView,
+        changes: ChangeSet,
+        stats: StatsLog,
+        *,
+        fresh_since: int,
+        manifest_config: ManifestConfig,
+        config_change: ConfigChange | None,
+    ) -> None:
+        self._repo = repo
+        self._branch = branch
+        self.base = base
+        self._changes = changes
+        self._stats = stats
+        self.fresh_since = fresh_since
+        self._manifest_config = manifest_config
+        self._config_change = config_change
+
+    def run(
+        self,
+        message: str,
+        metadata: Mapping[str, Any],
+        policy: ConflictPolicy,
+        progress: Progress | None,
+    ) -> Committed:
+        """Build, check the requirements, publish; rebase and retry while the branch moves.
+
+        Raises:
+            ConflictError: our changes overlap a concurrent commit and ``policy`` leaves some.
+            StaleSessionError: garbage collection deleted objects of ours.
+            CommitStateUnknownError: storage could not say whether the state file was written.
+            RetriesExhaustedError: the branch kept moving (or races kept being lost).
+        """
+        storage = self._repo.storage
+        built = self._build(progress)
+        rebases = lost_races = 0
+        while rebases < MAX_REBASES and lost_races < MAX_LOST_RACES:
+            state = read_latest_state(storage)
+            if not AssertNoGCSince(self.fresh_since).holds(state):
+                self._protect_from_gc(state)
+                rebases += 1
+                built = self._build(progress)
+                continue
+            if not AssertRefSnapshotId(self._branch, self.base.snapshot_id).holds(state):
+                self._rebase(state, policy)
+                REBASE_BACKOFF.sleep(rebases)  # many writers on one branch: each gets a turn
+                rebases += 1
+                built = self._build(progress)
+                continue
+            proposed = self._next_state(state, built, message, metadata)
+            try:
+                if publish_state(storage, proposed):
+                    return Committed(built, proposed)
+            except CommitStateUnknownError as unknown:
+                raise CommitStateUnknownError(built.snapshot_id, unknown.reason) from unknown
+            CAS_BACKOFF.sleep(lost_races)  # another writer took the generation: read again
+            lost_races += 1
+        raise RetriesExhaustedError(
+            f"gave up committing to {self._branch!r} after {rebases} rebases onto concurrent "
+            f"commits and {lost_races} lost races; the branch is too busy, retry later"
+        )
+
+    def _build(self, progress: Progress | None) -> BuiltSnapshot:
+        return build_snapshot(
+            self._repo.storage,
+            self.base,
+            self._changes,
+            self._manifest_config,
+            self._repo.pool,
+            self._stats.tables(),
+            progress,
+        )
+
+    def _next_state(
+        self, state: State, built: BuiltSnapshot, message: str, metadata: Mapping[str, Any]
+    ) -> State:
+        tip = self.base.snapshot_id
+        parent = state.snapshots.get(tip)
+        now = int(time.time() * 1000)
+        info = SnapshotInfo(
+            id=built.snapshot_id,
+            parent_id=tip,
+            # Never before the parent, so as_of lookups stay ordered along a branch.
+            timestamp_ms=max(now, parent.timestamp_ms if parent else now),
+            structure_file=built.structure_id,
+            message=message,
+            metadata=metadata,
+        )
+        config = state.config
+        if self._config_change is not None:
+            config = self._config_change(RepositoryConfig.from_dict(config)).to_dict()
+        return state.next(
+            snapshots={**state.snapshots, info.id: info},
+            refs={**state.refs, self._branch: Ref(self._branch, info.id, "branch")},
+            config=config,
+        )
+
+    # -- rebase ---------------------------------------------------------------------------
+    def _rebase(self, state: State, policy: ConflictPolicy) -> None:
+        """Move ``base`` to the branch tip, or raise ``ConflictError`` if our changes overlap
+        what was committed since (after ``policy`` resolved what it can)."""
+        tip = state.branch(self._branch).snapshot_id
+        storage = self._repo.storage
+        logs = [
+            decode_txlog(storage.get(txlog_key(s)), txlog_key(s))
+            for s in self._snapshots_since_base(state, tip)
+        ]
+        tip_view = self._repo.snapshot_view(tip, state)
+        with self._changes.lock:
+            nodes = current_nodes(self.base, self._changes)
+            found = find_conflicts(
+                self._changes,
+                Theirs.from_logs(logs),
+                {n.id: n for n in nodes.values()},
+                {n.id: n for n in tip_view.nodes.values()},
+            )
+            left = resolve(found, self._changes, policy)
+            if left:
+                raise ConflictError(left, self._branch)
+        self.base = tip_view
+
+    def _snapshots_since_base(self, state: State, tip: str) -> list[str]:
+        """The snapshots from ``tip`` down to our base (excluded): all we must rebase over.
+
+        Raises:
+            ConflictError: the branch does not descend from our base (it was reset elsewhere,
+                or our base was expired), or the way down crosses a parent link that expiry
+                re-linked, whose skipped snapshots' changes cannot be checked.
+        """
+        base = self.base.snapshot_id
+        path: list[str] = []
+        relinked: str | None = None
+        cursor: str | None = tip if base in state.snapshots else None
+        while cursor is not None and cursor != base:
+            info = state.snapshots.get(cursor)
+            if info is None:
+                cursor = None
+                break
+            if info.parent_relinked and relinked is None:
+                relinked = cursor
+            path.append(cursor)
+            cursor = info.parent_id
+        if cursor is None:
+            reason = (
+                "branch was reset to a snapshot that does not descend from ours, or this "
+                "session's base was expired"
+            )
+            raise ConflictError([Conflict(self._branch, reason)], self._branch)
+        if relinked is not None:
+            reason = (
+                f"snapshots committed since this session's base were expired (below "
+                f"{relinked}), so their changes cannot be checked"
+            )
+            raise ConflictError([Conflict(self._branch, reason)], self._branch)
+        return path
+
+    # -- garbage collection -----------------------------------------------------------------
+    def _protect_from_gc(self, state: State) -> None:
+        """Make sure GC (whose fence ``state`` carries) cannot delete what we will publish.
+
+        GC deletes only objects older than its cut-off and older than its fence. If this
+        commit's objects all postdate the cut-off, nothing is to do. Otherwise the chunk files
+        our changes reference are copied to new ids (written after the fence, so GC keeps
+        them); manifests and the structure are rebuilt anyway. What is already gone cannot be
+        saved: then the commit stops before publishing.
+
+        Raises:
+            StaleSessionError: GC deleted a chunk file this session wrote, or manifests were
+                attached (their chunk files cannot be re-checked here).
+        """
+        fence = state.gc_fence
+        assert fence is not None
+        began_ms = self._fresh_since_ms()
+        if began_ms is not None and fence.cutoff_ms <= began_ms:
+            self.fresh_since = state.generation  # the cut-off predates every object of ours
+            return
+        cutoff = datetime.fromtimestamp(fence.cutoff_ms / 1000, tz=UTC).isoformat()
+        if self._changes.attached:
+            raise StaleSessionError(
+                f"garbage collection with a cut-off of {cutoff} started while this session "
+                "was writing, and may delete the chunk files of its attached manifests; "
+                "nothing was committed: run the write again"
+            )
+        with self._changes.lock:
+            renamed = self._copy_chunk_files(sorted(self._changes.chunk_ids()), cutoff)
+            self._changes.rename_chunks(renamed)
+            self._stats.rename_chunks(renamed)
+        self.fresh_since = state.generation
+
+    def _fresh_since_ms(self) -> int | None:
+        """When (storage clock) state ``fresh_since`` was written; None if unknown or gone."""
+        if self.fresh_since < 0:
+            return None
+        key = state_key(self.fresh_since)
+        return next((i.modified_ms for i in self._repo.storage.list(key) if i.key == key), None)
+
+    def _copy_chunk_files(self, chunk_ids: Sequence[str], cutoff: str) -> dict[str, str]:
+        storage = self._repo.storage
+
+        def copy(old: str) -> tuple[str, str]:
+            try:
+                data = storage.get(chunk_key(old))
+            except NotFoundError:
+                raise StaleSessionError(
+                    f"garbage collection with a cut-off of {cutoff} deleted chunk file "
+                    f"{chunk_key(old)!r}, written by this session before the cut-off; nothing "
+                    "was committed: write the data again in a new session, and collect garbage "
+                    "with a cut-off older than the longest write (e.g. 7 days)"
+                ) from None
+            new = new_object_id()
+            storage.put(chunk_key(new), data)
+            return old, new
+
+        return dict(self._repo.pool.map(copy, chunk_ids))

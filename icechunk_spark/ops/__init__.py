@@ -1,0 +1,1 @@
+"""Maintenance over a repository's history: garbage collection, expiry, diffs and logs."""

@@ -1,0 +1,147 @@
+"""The conformance suite fails on broken backends: each check here meets the bug it is for.
+
+Every broken backend is a real one (memory or local files) with one method wrong the way a
+backend author could get it wrong; the suite's method must then fail.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pytest
+
+from icechunk_spark.errors import NotFoundError, StorageError
+from icechunk_spark.storage import LocalStorage, MemoryStorage, ObjectInfo, Storage
+from icechunk_spark.testing import StorageTests
+
+# What a failing check raises: an assert, or pytest.raises(...) that saw nothing raised.
+SUITE_FAILURE = (AssertionError, pytest.fail.Exception)
+
+
+class CheckThenWrite(LocalStorage):
+    """put_if_absent as exists() then put(): two racers can both see "absent"."""
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        if self.exists(key):
+            return False
+        self.put(key, data)
+        return True
+
+
+class MissingReadsEmpty(MemoryStorage):
+    def get(self, key: str) -> bytes:
+        try:
+            return super().get(key)
+        except NotFoundError:
+            return b""
+
+
+class RangePastTheEndFails(MemoryStorage):
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        data = self.get(key)
+        if end > len(data):
+            raise StorageError("the requested range is not satisfiable")
+        return data[start:end]
+
+
+class EmptyRangeSkipsTheObject(MemoryStorage):
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        return b"" if end <= start else super().get_range(key, start, end)
+
+
+class PutIfAbsentOverwrites(MemoryStorage):
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        created = not self.exists(key)
+        self.put(key, data)
+        return created
+
+
+class PrefixWithoutSlash(MemoryStorage):
+    """Lists ``c/`` as every key starting with ``c``, so ``cx/`` leaks in."""
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        return super().list(prefix.rstrip("/"))
+
+
+class FoldersOnly(MemoryStorage):
+    """Takes every prefix as a folder (what S3 did before): no exact keys, no name stems."""
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        folder = prefix if prefix.endswith("/") or not prefix else prefix + "/"
+        return super().list(folder)
+
+
+class SecondsNotMilliseconds(MemoryStorage):
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        for info in super().list(prefix):
+            yield ObjectInfo(info.key, info.size, info.modified_ms // 1000)
+
+
+class WrongSizes(MemoryStorage):
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        for info in super().list(prefix):
+            yield ObjectInfo(info.key, 0, info.modified_ms)
+
+
+class DeleteRefusesMissing(MemoryStorage):
+    def delete(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        for key in keys:
+            self.get(key)
+        super().delete(keys)
+
+
+class ExistsForFolders(MemoryStorage):
+    def exists(self, key: str) -> bool:
+        return super().exists(key) or any(True for _ in self.list(key.rstrip("/") + "/"))
+
+
+class GetManySorted(MemoryStorage):
+    def get_many(self, keys: Iterable[str]) -> list[bytes]:
+        return [self.get(k) for k in sorted(set(keys))]
+
+
+class LeavesTemporaryFiles(LocalStorage):
+    def put(self, key: str, data: bytes) -> None:
+        super().put(key, data)
+        self.root.joinpath(key).with_name(".tmp-leftover").write_bytes(data)
+
+
+# (broken backend, the suite's check, what its failure says)
+BROKEN: list[tuple[type[Storage], str, str]] = [
+    (CheckThenWrite, "test_put_if_absent_race_between_threads", "exactly one must be"),
+    (CheckThenWrite, "test_put_if_absent_race_between_processes", "exactly one must be"),
+    (MissingReadsEmpty, "test_get_of_a_missing_key_raises_not_found", "DID NOT RAISE"),
+    (MissingReadsEmpty, "test_get_range_of_a_missing_key_raises_not_found", "DID NOT RAISE"),
+    (RangePastTheEndFails, "test_get_range_is_clipped_to_the_object", "raised StorageError"),
+    (EmptyRangeSkipsTheObject, "test_get_range_of_a_missing_key_raises_not_found", "DID NOT"),
+    (PutIfAbsentOverwrites, "test_put_if_absent_creates_once", "must not change the object"),
+    (PrefixWithoutSlash, "test_list_by_folder_prefix", r"list\('c/'\) gave"),
+    (FoldersOnly, "test_list_prefix_is_a_string_prefix", r"list\('t/0+'\) gave \[\]"),
+    (FoldersOnly, "test_keys_the_format_uses", "list of the exact key"),
+    (SecondsNotMilliseconds, "test_list_reports_sizes_and_times", "listed modified_ms="),
+    (WrongSizes, "test_list_reports_sizes_and_times", "sizes listed"),
+    (WrongSizes, "test_put_replaces_an_object", "after replacing"),
+    (DeleteRefusesMissing, "test_delete_removes_present_keys_and_ignores_missing_ones", "ignored"),
+    (DeleteRefusesMissing, "test_delete_of_many_keys", "raised NotFoundError"),
+    (DeleteRefusesMissing, "test_operations_retried_after_a_lost_answer_act_once", "repeatable"),
+    (ExistsForFolders, "test_exists_is_true_for_objects_only", r"exists\('c'\) is true"),
+    (GetManySorted, "test_get_many_keeps_the_order_asked_for", "get_many gave"),
+    (LeavesTemporaryFiles, "test_list_temporary_is_empty_on_a_clean_store", "left temporary"),
+]
+
+
+@pytest.mark.parametrize(
+    ("backend", "check", "says"), BROKEN, ids=[f"{b.__name__}-{c[5:]}" for b, c, _ in BROKEN]
+)
+def test_the_check_fails_on_a_broken_backend(
+    backend: type[Storage], check: str, says: str, tmp_path: Path
+) -> None:
+    if issubclass(backend, LocalStorage):
+        storage: Storage = backend(tmp_path / "repo")
+    else:
+        storage = backend(uuid.uuid4().hex)  # type: ignore[call-arg]
+    with pytest.raises(SUITE_FAILURE, match=says):
+        getattr(StorageTests(), check)(storage)
