@@ -77,13 +77,24 @@ class AzureStorage(Storage):
         return self._read(key, None, None)
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
-        if end <= start:
+        if end <= start:  # HTTP cannot ask for no bytes; the object must exist all the same
+            if not self.exists(key):
+                raise NotFoundError(f"object {key!r} not found in {self.url}")
             return b""
         return self._read(key, start, end)
 
     def _read(self, key: str, start: int | None, end: int | None) -> bytes:
+        from azure.core.exceptions import HttpResponseError
+
         def read() -> bytes:
-            return bytes(self.fs.cat_file(self._path(key), start=start, end=end))
+            try:
+                return bytes(self.fs.cat_file(self._path(key), start=start, end=end))
+            except HttpResponseError as exc:
+                # 416: the range starts at or past the end of a blob that exists. Clipped to
+                # the blob, that range holds no bytes (as on every backend).
+                if start is not None and exc.status_code == 416:
+                    return b""
+                raise
 
         missing = f"object {key!r} not found in {self.url}"
         return self._call(read, f"reading {key!r}", missing=missing)
@@ -106,21 +117,23 @@ class AzureStorage(Storage):
         return self._call(create, f"creating {key!r}")
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        base = self._path(prefix)
+        # Blob listings are by string prefix; adlfs takes a folder plus the start of a name.
+        folder, _, stem = prefix.rpartition("/")
+        base = self._path(folder) if folder else self.prefix
         try:
-            found = self._call(lambda: self._find(base), f"listing {prefix!r}", missing="")
+            found = self._call(lambda: self._find(base, stem), f"listing {prefix!r}", missing="")
         except NotFoundError:
             return
         skip = len(self.prefix) + 1
         for path, info in found.items():
-            if info.get("type") == "directory" or not path.startswith(base):
+            if info.get("type") == "directory" or not path[skip:].startswith(prefix):
                 continue
             modified = info.get("last_modified")
             ms = int(modified.timestamp() * 1000) if isinstance(modified, datetime) else 0
             yield ObjectInfo(path[skip:], int(info.get("size") or 0), ms)
 
-    def _find(self, base: str) -> dict[str, dict[str, Any]]:
-        found = self.fs.find(base, detail=True)
+    def _find(self, base: str, stem: str) -> dict[str, dict[str, Any]]:
+        found = self.fs.find(base, detail=True, prefix=stem)
         if isinstance(found, dict):
             return found
         # adlfs answers a prefix that is one blob's whole name with just that name.
@@ -137,7 +150,14 @@ class AzureStorage(Storage):
             self.fs.rm(paths)
 
     def exists(self, key: str) -> bool:
-        return bool(self._call(lambda: self.fs.exists(self._path(key)), f"checking {key!r}"))
+        def probe() -> bool:
+            # A blob, not a "folder": adlfs's exists() is true for a prefix with blobs.
+            try:
+                return bool(self.fs.info(self._path(key)).get("type") == "file")
+            except FileNotFoundError:
+                return False
+
+        return self._call(probe, f"checking {key!r}")
 
     def _call(self, operation: Callable[[], T], describe: str, missing: str | None = None) -> T:
         """Run ``operation`` with retries; failures become our errors.
