@@ -230,7 +230,45 @@ def _make_backend(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> 
     raise ValueError(f"unknown backend {name!r}")
 
 
-@pytest.fixture(params=["memory", "local", "s3", "gcs", "azure"])
+# The behaviour suite on the GCS and Azure emulators: the modules below by default (the
+# repository protocol, history and GC, conflicts, corrupt files, zarr and xarray through the
+# store: about 40 s on both), everything with ICECHUNK_EMULATOR_SUITE=full (about 2 minutes
+# more, mostly zarr's store conformance suite, which tests our store adapter, not the storage).
+EMULATOR_BACKENDS = ("gcs", "azure")
+EMULATOR_SUBSET = frozenset(
+    {
+        "tests/test_repository.py",
+        "tests/test_corrupt_files.py",
+        "tests/test_progress.py",
+        "tests/trust/test_tree_conflicts.py",
+        "tests/trust/test_expiry_and_rebase.py",
+        "tests/zarr_store/test_store_behaviour.py",
+        "tests/zarr_store/test_xarray.py",
+    }
+)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if os.environ.get("ICECHUNK_EMULATOR_SUITE") == "full":
+        return "behaviour suite on gcs/azure: full"
+    return "behaviour suite on gcs/azure: subset (ICECHUNK_EMULATOR_SUITE=full for all of it)"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("ICECHUNK_EMULATOR_SUITE") == "full":
+        return
+    kept, dropped = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        module = item.nodeid.split("::", 1)[0]
+        on_emulator = params.get("backend") in EMULATOR_BACKENDS
+        (dropped if on_emulator and module not in EMULATOR_SUBSET else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+@pytest.fixture(params=["memory", "local", "s3", *EMULATOR_BACKENDS])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     """A fresh repository location on every backend: the behaviour suite runs on all five."""
     return _make_backend(request.param, request, tmp_path)
