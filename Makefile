@@ -9,7 +9,13 @@ STAMP := $(VENV)/.installed
 PY312 ?= $(shell command -v python3.12 2>/dev/null || ls -d $$(pyenv root 2>/dev/null)/versions/3.12*/bin/python 2>/dev/null | tail -n 1)
 ICECHUNK_VENV := bench/.venv312
 
-.PHONY: install test lint demo bench clean
+# Azurite, the Azure Storage emulator the tests start, comes from npm into .emulators/ (never
+# committed) when node is on PATH; without node the Azure tests skip and say why. 3.35 is the
+# newest release that runs on Node 20 (3.36 needs 21, 3.37 needs 22).
+AZURITE_VERSION := 3.35.0
+AZURITE := .emulators/node_modules/.bin/azurite-blob
+
+.PHONY: install test lint demo bench clean azurite
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,7 +25,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) azurite
+
+azurite:
+	@if [ -x $(AZURITE) ]; then :; \
+	elif command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+		npm install --prefix .emulators --no-save --no-package-lock --no-audit --no-fund \
+			--loglevel=error azurite@$(AZURITE_VERSION); \
+	else echo "node/npm not found: Azurite is not installed, the Azure tests will skip"; fi
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -56,4 +69,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_spark.py
 
 clean:
-	rm -rf $(VENV) demo-repo demo-data .pytest_cache .mypy_cache
+	rm -rf $(VENV) .emulators demo-repo demo-data .pytest_cache .mypy_cache
