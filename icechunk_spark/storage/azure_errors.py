@@ -25,6 +25,12 @@ _CREDENTIALS_HELP = (
     "AZURE_STORAGE_ACCOUNT_KEY)"
 )
 
+# 403 answers that mean the key, signature or token itself was not accepted (as opposed to
+# AuthorizationFailure / AuthorizationPermissionMismatch: valid credentials, no permission).
+_REFUSED_CODES = frozenset(
+    {"AuthenticationFailed", "InvalidAuthenticationInfo", "NoAuthenticationInformation"}
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Where:
@@ -50,10 +56,16 @@ def is_already_exists(exc: BaseException) -> bool:
 
     for cause in _chain(exc):
         if isinstance(cause, HttpResponseError):
-            code = getattr(cause, "error_code", None)
             status = cause.status_code
-            return status == 412 or (status == 409 and str(code) == "BlobAlreadyExists")
+            return status == 412 or (status == 409 and _error_code(cause) == "BlobAlreadyExists")
     return False
+
+
+def _error_code(exc: BaseException) -> str:
+    # The SDK gives a plain string or its StorageErrorCode enum, whose str() is the enum's
+    # name ("StorageErrorCode.BLOB_ALREADY_EXISTS"), not the code: compare the value.
+    code = getattr(exc, "error_code", None)
+    return str(getattr(code, "value", code) or "")
 
 
 def classify(exc: BaseException, where: Where) -> StorageError | None:
@@ -78,21 +90,20 @@ def _classify_one(exc: BaseException, where: Where) -> StorageError | None:
     from azure.core import exceptions as azure
 
     url, server = where.url, where.server
-    if isinstance(exc, azure.ClientAuthenticationError):
-        if exc.status_code is None:  # azure-identity found no credential to try
-            return StorageCredentialsError(
-                f"no Azure credentials found for {url}: {_CREDENTIALS_HELP}"
-            )
-        return StorageCredentialsError(
-            f"{server} refused the credentials used for {url} (HTTP {exc.status_code}): check "
-            f"that the key or token belongs to this account and may use container "
-            f"{where.container!r}; {_CREDENTIALS_HELP}"
-        )
+    if isinstance(exc, azure.ClientAuthenticationError) and exc.status_code is None:
+        # azure-identity found no credential to try (DefaultAzureCredential's chain is empty).
+        return StorageCredentialsError(f"no Azure credentials found for {url}: {_CREDENTIALS_HELP}")
     if isinstance(exc, azure.HttpResponseError):
-        code = str(getattr(exc, "error_code", None) or "")
-        if exc.status_code == 403:
+        code = _error_code(exc)
+        status = exc.status_code
+        if status == 401 or code in _REFUSED_CODES:
             return StorageCredentialsError(
-                f"access denied (HTTP 403) while {where.describe} in {url}: check that the "
+                f"{server} refused the credentials used for {url} (HTTP {status}): check that "
+                f"the key or token belongs to this account; {_CREDENTIALS_HELP}"
+            )
+        if status == 403 or isinstance(exc, azure.ClientAuthenticationError):
+            return StorageCredentialsError(
+                f"access denied (HTTP {status}) while {where.describe} in {url}: check that the "
                 f"credentials may read and write container {where.container!r}"
             )
         if code == "ContainerNotFound":
