@@ -1,9 +1,4 @@
-"""The storage conformance suite on Azure Blob Storage: Azurite on 127.0.0.1.
-
-Transport faults are not injected here: azure-storage-blob retries a throttled request after
-15 s and more (its ``ExponentialRetry`` defaults), which would make that one check take
-minutes; the retry rules themselves are the same code for every backend (``with_retries``).
-"""
+"""The storage conformance suite on Azure Blob Storage: Azurite on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -13,8 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from icechunk_spark.storage import Storage, open_storage
-from icechunk_spark.testing import StorageTests
+from icechunk_spark.testing import StorageTests, TransientFaults
 from tests.conftest import AZURE_CONTAINER, azure_options
+from tests.support.faulty_proxy import FaultRule, FaultyProxy
 
 
 @pytest.fixture(scope="module")
@@ -34,3 +30,16 @@ class TestAzureStorage(StorageTests):
         store = open_storage(f"az://{AZURE_CONTAINER}/{prefix}", **azure_options(azure_endpoint))
         yield store
         store.close()
+
+    @pytest.fixture
+    def transient_faults(self, storage: Storage, azure_endpoint: str) -> Iterator[TransientFaults]:
+        # The first request of each HTTP method is answered 503 without being forwarded: a
+        # throttled request, which took no effect. The Azure SDK retries it after about 2 s.
+        rules = [
+            FaultRule(method, r".", 1.0, kinds=("slowdown",), max_faults=1)
+            for method in ("PUT", "GET", "HEAD", "DELETE", "POST")
+        ]
+        with FaultyProxy(azure_endpoint, seed=0, rules=rules) as proxy:
+            flaky = open_storage(storage.url, **azure_options(proxy.url))
+            yield TransientFaults(flaky, lambda: len(proxy.injected))
+            flaky.close()
