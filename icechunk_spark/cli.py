@@ -409,7 +409,11 @@ def _read_yaml(path: str) -> Any:
 # -- parser -----------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("url", help="repository URL: file:///path, s3://bucket/prefix")
+    common.add_argument(
+        "url",
+        help="repository URL: file:///path, s3://, gs:// or az://container/prefix, https:// "
+        "(read-only)",
+    )
     common.add_argument(
         "--storage-option",
         action="append",
