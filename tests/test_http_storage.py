@@ -4,6 +4,8 @@ and reads over HTTP, virtual chunks included, and every write says the storage i
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,3 +128,22 @@ def test_a_copied_folder_is_the_same_repository(tmp_path: Path) -> None:
         shutil.copytree(published.folder, tmp_path / "mirror")
         mirror = Repository.open(f"{base}/mirror", authorize_virtual=[published.data])
         assert mirror.lookup_branch("main") == published.snapshot
+
+
+def test_the_cli_reads_over_http_and_refuses_to_write(published: Published) -> None:
+    log = subprocess.run(
+        [sys.executable, "-m", "icechunk_spark.cli", "log", published.url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert log.returncode == 0, log.stderr
+    assert published.snapshot in log.stdout
+    gc = subprocess.run(
+        [sys.executable, "-m", "icechunk_spark.cli", "gc", published.url, "--days", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert gc.returncode == 1
+    assert "read-only storage" in gc.stderr and gc.stderr.count("\n") == 1
