@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 import zarr
 
-from icechunk_spark import Repository
-from icechunk_spark.errors import NotFoundError, ReadOnlyError, ReadOnlyStorageError
+from icechunk_spark import NotFoundError, ReadOnlyError, ReadOnlyStorageError, Repository
 from icechunk_spark.storage import HTTPStorage, open_storage
 from tests.support.http_server import serve_folder
 
