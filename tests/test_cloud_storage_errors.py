@@ -137,3 +137,14 @@ def test_a_wrong_azure_endpoint_is_reported_within_seconds(closed_endpoint: str)
         Repository.open(f"az://{AZURE_CONTAINER}/x", storage_options=options)
     assert time.monotonic() - started < 20
     assert AZURITE_KEY not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "library", "extra"), [("gs://b/p", "gcsfs", "gcs"), ("az://c/p", "adlfs", "azure")]
+)
+def test_a_missing_client_library_names_the_extra_to_install(
+    url: str, library: str, extra: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, library, None)  # as if it were not installed
+    with pytest.raises(InvalidInputError, match=rf"pip install 'icechunk-spark\[{extra}\]'"):
+        open_storage(url)

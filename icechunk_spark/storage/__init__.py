@@ -93,23 +93,26 @@ def _backend(module: str, name: str, library: str) -> Callable[..., Storage]:
     import importlib
 
     try:
-        found = importlib.import_module(f".{module}", __name__)
-        return getattr(found, name)  # type: ignore[no-any-return]
+        importlib.import_module(library)
     except ModuleNotFoundError as exc:
-        if exc.name is None or not exc.name.startswith((library, "google", "azure")):
-            raise
+        if exc.name is None or exc.name.split(".")[0] != library:
+            raise  # the library is there but broken: its own error says more
+        kind = "GCS" if module == "gcs" else module.title()
         raise InvalidInputError(
-            f"{module.upper() if module == 'gcs' else module.title()} storage needs {library}: "
+            f"{kind} storage needs {library}, which is not installed: "
             f"pip install 'icechunk-spark[{module}]'"
         ) from exc
+    return getattr(importlib.import_module(f".{module}", __name__), name)  # type: ignore[no-any-return]
 
 
 def __getattr__(name: str) -> Any:
-    # GCSStorage and AzureStorage load their client libraries only when asked for.
-    if name == "GCSStorage":
-        return _backend("gcs", name, "gcsfs")
-    if name == "AzureStorage":
-        return _backend("azure", name, "adlfs")
+    # GCSStorage and AzureStorage live in modules of their own, loaded when asked for (their
+    # client libraries are loaded only when one is opened).
+    import importlib
+
+    if name in ("GCSStorage", "AzureStorage"):
+        module = "gcs" if name == "GCSStorage" else "azure"
+        return getattr(importlib.import_module(f".{module}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
