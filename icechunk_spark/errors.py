@@ -145,6 +145,10 @@ class FormatError(IcechunkSparkError):
 
 # The kind of the one conflict a policy (on_conflict='ours' / 'theirs') can resolve.
 CHUNK_CONFLICT = "chunk written concurrently"
+# A bulk write's coords are known only as a range: ``ours`` resolves it (our chunks win
+# wherever we wrote), ``theirs`` cannot (dropping ours from their whole range would drop
+# chunks they never wrote).
+RANGE_CONFLICT = "chunks written concurrently in the same range"
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,10 +182,16 @@ class ConflictError(IcechunkSparkError):
         more = f"; and {len(self.conflicts) - 10} more" if len(self.conflicts) > 10 else ""
         # Only same-chunk overlaps yield to on_conflict; advising it for others would mislead
         # (and under 'ours'/'theirs' only the others are left).
-        if all(c.kind == CHUNK_CONFLICT for c in self.conflicts):
+        kinds = {c.kind for c in self.conflicts}
+        if kinds <= {CHUNK_CONFLICT}:
             advice = (
                 "Open a new session from the branch tip and redo the change, or pass "
                 "on_conflict='ours' or 'theirs' to resolve chunk conflicts."
+            )
+        elif kinds <= {CHUNK_CONFLICT, RANGE_CONFLICT}:
+            advice = (
+                "Open a new session from the branch tip and redo the change, or pass "
+                "on_conflict='ours' to keep our chunks."
             )
         else:
             advice = (

@@ -15,10 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import InvalidInputError
 from ..format.coords import coord_keys, keys_to_coords
 from ..format.manifest import REF_SCHEMA, conform_refs, merge_refs, with_array_id
 from ..format.structure import ManifestRef, Node
 from .snapshot import ChunkRef, row_ref
+from .staged import StagedRefs, union
 
 # A pending single-chunk change: a ref, or None for a deletion (a tombstone).
 Pending = ChunkRef | None
@@ -174,6 +176,10 @@ class ChangeSet:
     chunks: dict[int, ArrayChanges] = field(default_factory=dict)  # node id -> changes
     # node id -> prewritten manifests holding ALL of the array's refs (the biggest Spark jobs)
     attached: dict[int, tuple[ManifestRef, ...]] = field(default_factory=dict)
+    # node id -> refs staged in Parquet files outside the session (see ``staged``)
+    staged: dict[int, list[StagedRefs]] = field(default_factory=dict)
+    # node id -> coords to leave out of the staged refs (a concurrent writer's chunks won)
+    staged_drops: dict[int, list[pa.Array]] = field(default_factory=dict)
     repack_all: bool = False  # rewrite every manifest under the current manifest config
     lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -183,11 +189,17 @@ class ChangeSet:
             or self.updated
             or self.deleted
             or self.attached
+            or self.staged
             or self.repack_all
             or any(len(c) for c in self.chunks.values())
         )
 
     def array_changes(self, node: Node) -> ArrayChanges:
+        if node.id in self.staged:
+            raise InvalidInputError(
+                f"array {node.path!r} has staged refs in this session; write its chunks in "
+                "another session (staged refs are read only when the commit lays them out)"
+            )
         changes = self.chunks.get(node.id)
         if changes is None:
             assert node.meta is not None
@@ -204,6 +216,27 @@ class ChangeSet:
 
     def modified_array_ids(self) -> Iterator[int]:
         yield from (i for i, c in self.chunks.items() if len(c))
+        yield from self.staged
+
+    def add_staged(self, node: Node, staged: StagedRefs) -> None:
+        """Refs of array ``node`` staged in files; refused if the session wrote its chunks."""
+        if len(self.chunks.get(node.id, ())):
+            raise InvalidInputError(
+                f"array {node.path!r} has chunk writes in this session; stage its refs in "
+                "another session (one array takes either, so the order of writes is clear)"
+            )
+        self.attached.pop(node.id, None)
+        self.staged.setdefault(node.id, []).append(staged)
+
+    def staged_refs(self, node_id: int) -> StagedRefs | None:
+        """Everything staged for the array, as one."""
+        parts = self.staged.get(node_id)
+        return union(parts) if parts else None
+
+    def staged_drop(self, node_id: int) -> pa.Array | None:
+        """Coords to leave out of the array's staged refs, or ``None``."""
+        drops = self.staged_drops.get(node_id)
+        return pa.concat_arrays(drops) if drops else None
 
     def record_node(self, node: Node, *, existed: bool) -> None:
         """A node created, or a new ``zarr.json`` for one that ``existed`` before."""
@@ -217,6 +250,8 @@ class ChangeSet:
         self.updated.pop(node.path, None)
         self.chunks.pop(node.id, None)
         self.attached.pop(node.id, None)
+        self.staged.pop(node.id, None)
+        self.staged_drops.pop(node.id, None)
         if self.created.pop(node.path, None) is None:
             assert base is not None
             self.deleted[node.path] = base
@@ -228,8 +263,16 @@ class ChangeSet:
             updated=tuple(sorted(self.updated)),
             deleted=tuple(sorted(self.deleted)),
             chunks={
-                paths[i]: len(c.changed_coords())
-                for i, c in self.chunks.items()
-                if len(c) and i in paths
+                **{
+                    paths[i]: len(c.changed_coords())
+                    for i, c in self.chunks.items()
+                    if len(c) and i in paths
+                },
+                # Staged rows are counted, not read: a coord staged twice counts twice.
+                **{
+                    paths[i]: sum(s.count for s in st)
+                    for i, st in self.staged.items()
+                    if i in paths
+                },
             },
         )

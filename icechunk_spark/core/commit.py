@@ -46,7 +46,7 @@ from ..splitting import ManifestConfig
 from .changes import ChangeSet
 from .config import RepositoryConfig
 from .conflicts import ConflictPolicy, Theirs, find_conflicts, resolve
-from .flush import BuiltSnapshot, build_snapshot, current_nodes
+from .flush import BuiltSnapshot, PieceRunner, build_snapshot, current_nodes
 from .refs import publish_state, read_latest_state
 from .snapshot import SnapshotView
 
@@ -109,6 +109,7 @@ class Commit:
         fresh_since: int,
         manifest_config: ManifestConfig,
         config_change: ConfigChange | None,
+        piece_runner: PieceRunner | None = None,
     ) -> None:
         self._repo = repo
         self._branch = branch
@@ -118,6 +119,7 @@ class Commit:
         self.fresh_since = fresh_since
         self._manifest_config = manifest_config
         self._config_change = config_change
+        self._piece_runner = piece_runner
 
     def run(
         self,
@@ -172,6 +174,7 @@ class Commit:
             self._repo.pool,
             self._stats.tables(),
             progress,
+            self._piece_runner,
         )
 
     def _next_state(
@@ -269,7 +272,7 @@ class Commit:
 
         Raises:
             StaleSessionError: GC deleted a chunk file this session wrote, or manifests were
-                attached (their chunk files cannot be re-checked here).
+                attached or refs staged (their chunk files cannot be re-checked here).
         """
         fence = state.gc_fence
         assert fence is not None
@@ -278,10 +281,11 @@ class Commit:
             self.fresh_since = state.generation  # the cut-off predates every object of ours
             return
         cutoff = datetime.fromtimestamp(fence.cutoff_ms / 1000, tz=UTC).isoformat()
-        if self._changes.attached:
+        if self._changes.attached or self._changes.staged:
             raise StaleSessionError(
                 f"garbage collection with a cut-off of {cutoff} started while this session "
-                "was writing, and may delete the chunk files of its attached manifests; "
+                "was writing, and may delete the chunk files of its attached manifests or "
+                "staged refs; "
                 "nothing was committed: run the write again"
             )
         with self._changes.lock:

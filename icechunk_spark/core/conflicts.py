@@ -24,10 +24,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import CHUNK_CONFLICT, Conflict, InvalidInputError
-from ..format.coords import decode_coords
+from ..errors import CHUNK_CONFLICT, RANGE_CONFLICT, Conflict, InvalidInputError
+from ..format.coords import decode_coords, encode_coord
 from ..format.structure import Node
-from ..format.txlog import ChangeKind, TransactionLog
+from ..format.txlog import ChangeKind, Extent, TransactionLog
 from .changes import ChangeSet
 
 
@@ -68,6 +68,7 @@ class Theirs:
     node_ids_updated: frozenset[int]
     node_ids_replaced: frozenset[int]  # all chunks replaced by attached manifests
     chunks: Mapping[int, pa.Array]
+    ranges: Mapping[int, tuple[Extent, ...]]  # chunks written somewhere in these (staged refs)
 
     @classmethod
     def from_logs(cls, logs: Iterable[TransactionLog]) -> Theirs:
@@ -75,6 +76,7 @@ class Theirs:
         deleted: set[int] = set()
         updated: set[int] = set()
         replaced: set[int] = set()
+        ranges: dict[int, list[Extent]] = {}
         chunks: dict[int, list[pa.Array]] = {}
         for log in logs:
             for change in log.nodes:
@@ -85,6 +87,8 @@ class Theirs:
                     updated.add(change.node_id)
                 elif change.kind is ChangeKind.REPLACE_CHUNKS:
                     replaced.add(change.node_id)
+                elif change.kind is ChangeKind.WRITE_CHUNK_RANGE and change.extent is not None:
+                    ranges.setdefault(change.node_id, []).append(change.extent)
             for node_id, coords in log.chunk_coords_by_node().items():
                 chunks.setdefault(node_id, []).append(coords)
         return cls(
@@ -93,17 +97,18 @@ class Theirs:
             frozenset(updated),
             frozenset(replaced),
             {i: pa.concat_arrays(c) for i, c in chunks.items()},
+            {i: tuple(r) for i, r in ranges.items()},
         )
+
+    def chunks_changed(self, node_id: int) -> bool:
+        """Whether they wrote chunks of the node, listed or in a range."""
+        return node_id in self.chunks or node_id in self.ranges
 
 
 @dataclass(frozen=True, slots=True)
 class Found:
     conflicts: tuple[Conflict, ...]
     chunk_overlaps: Mapping[int, pa.Array]  # node id -> coords both sides wrote
-
-    @property
-    def only_chunks(self) -> bool:
-        return all(c.kind == CHUNK_CONFLICT for c in self.conflicts)
 
 
 def find_conflicts(
@@ -121,8 +126,13 @@ def find_conflicts(
         *_tree_conflicts(ours, theirs),
         *_attached_conflicts(ours, theirs, paths_by_id),
         *_resize_conflicts(ours, theirs, our_nodes, tip_nodes),
+        *_staged_node_conflicts(ours, theirs, paths_by_id, tip_nodes),
     ]
     overlaps: dict[int, pa.Array] = {}
+    for node_id, coords in _staged_chunk_overlaps(ours, theirs, ndims).items():
+        overlaps[node_id] = coords
+        path = paths_by_id.get(node_id, f"<node {node_id}>")
+        conflicts.append(Conflict(path, CHUNK_CONFLICT, _as_tuples(coords, ndims[node_id])))
     for node_id, changes in ours.chunks.items():
         if not len(changes):
             continue
@@ -134,15 +144,85 @@ def find_conflicts(
             conflicts.append(Conflict(path, "chunks written to an array replaced concurrently"))
             continue
         their_coords = theirs.chunks.get(node_id)
-        if their_coords is None:
+        their_ranges = theirs.ranges.get(node_id, ())
+        if their_coords is None and not their_ranges:
             continue
         mine = changes.changed_coords()
+        if their_ranges and _inside_any(mine, ndims[node_id], their_ranges).any():
+            # Their coords in a range are not listed: any of ours inside it may overlap.
+            conflicts.append(Conflict(path, RANGE_CONFLICT))
+        if their_coords is None:
+            continue
         both = mine.filter(pc.is_in(mine, their_coords))
         if len(both):
             overlaps[node_id] = both
-            coords = tuple(tuple(int(i) for i in c) for c in decode_coords(both, ndims[node_id]))
-            conflicts.append(Conflict(path, CHUNK_CONFLICT, coords))
+            conflicts.append(Conflict(path, CHUNK_CONFLICT, _as_tuples(both, ndims[node_id])))
     return Found(tuple(conflicts), overlaps)
+
+
+def _as_tuples(coords: pa.Array, ndim: int) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(int(i) for i in c) for c in decode_coords(coords, ndim))
+
+
+def _inside_any(coords: pa.Array, ndim: int, extents: Sequence[Extent]) -> np.ndarray:
+    """Per coord, whether it lies in one of the boxes ``extents``."""
+    decoded = decode_coords(coords, ndim)
+    inside = np.zeros(len(decoded), dtype=bool)
+    for extent in extents:
+        lo = np.array([d[0] for d in extent], dtype=np.int64)
+        hi = np.array([d[1] for d in extent], dtype=np.int64)
+        inside |= np.all((decoded >= lo) & (decoded < hi), axis=1)
+    return inside
+
+
+def _overlap(a: Extent, b: Extent) -> bool:
+    return all(lo1 < hi2 and lo2 < hi1 for (lo1, hi1), (lo2, hi2) in zip(a, b, strict=True))
+
+
+def _staged_node_conflicts(
+    ours: ChangeSet, theirs: Theirs, paths_by_id: Mapping[int, str], tip: Mapping[int, Node]
+) -> list[Conflict]:
+    """Staged refs (coords known only as a range) against what they did to the array."""
+    conflicts = []
+    for node_id in ours.staged:
+        staged = ours.staged_refs(node_id)
+        assert staged is not None
+        path = paths_by_id.get(node_id, f"<node {node_id}>")
+        extent = staged.extent()
+        if node_id in theirs.node_ids_deleted:
+            conflicts.append(Conflict(path, "refs staged for an array deleted concurrently"))
+        elif node_id in theirs.node_ids_replaced:
+            conflicts.append(Conflict(path, "refs staged for an array replaced concurrently"))
+        elif any(_overlap(extent, r) for r in theirs.ranges.get(node_id, ())):
+            conflicts.append(Conflict(path, RANGE_CONFLICT))
+        node = tip.get(node_id)
+        if node_id in theirs.node_ids_updated and node is not None and node.meta is not None:
+            grid = node.meta.grid_shape
+            if any(hi > g for (_, hi), g in zip(extent, grid, strict=True)):
+                conflicts.append(
+                    Conflict(path, "refs staged outside the grid of an array resized concurrently")
+                )
+    return conflicts
+
+
+def _staged_chunk_overlaps(
+    ours: ChangeSet, theirs: Theirs, ndims: Mapping[int, int]
+) -> dict[int, pa.Array]:
+    """Their listed chunk writes inside the range of our staged refs: maybe the same chunks.
+
+    Staged coords are not read to check (they may be 100 M): inside the range counts as
+    overlapping, so ``ours`` keeps our staged refs and ``theirs`` drops ours at those coords.
+    """
+    overlaps = {}
+    for node_id in ours.staged:
+        their_coords = theirs.chunks.get(node_id)
+        staged = ours.staged_refs(node_id)
+        if their_coords is None or staged is None or node_id not in ndims:
+            continue
+        inside = _inside_any(their_coords, ndims[node_id], [staged.extent()])
+        if inside.any():
+            overlaps[node_id] = their_coords.filter(pa.array(inside))
+    return overlaps
 
 
 def _node_conflicts(ours: ChangeSet, theirs: Theirs) -> list[Conflict]:
@@ -158,7 +238,7 @@ def _node_conflicts(ours: ChangeSet, theirs: Theirs) -> list[Conflict]:
         if ChangeKind.DELETE_NODE in kinds:
             conflicts.append(Conflict(path, "metadata update of a node deleted concurrently"))
     for path, node in ours.deleted.items():
-        if node.id in theirs.node_ids_updated or node.id in theirs.chunks:
+        if node.id in theirs.node_ids_updated or theirs.chunks_changed(node.id):
             conflicts.append(Conflict(path, "deleted a node changed concurrently"))
     return conflicts
 
@@ -196,7 +276,7 @@ def _attached_conflicts(
             conflicts.append(
                 Conflict(path, "manifests attached while metadata updated concurrently")
             )
-        elif node_id in theirs.chunks or node_id in theirs.node_ids_replaced:
+        elif theirs.chunks_changed(node_id) or node_id in theirs.node_ids_replaced:
             conflicts.append(Conflict(path, "all chunks replaced while changed concurrently"))
     return conflicts
 
@@ -217,7 +297,14 @@ def _resize_conflicts(
     for path, node in ours.updated.items():
         their_coords = theirs.chunks.get(node.id)
         old = tip.get(node.id)
-        if their_coords is None or old is None or old.meta is None:
+        if old is None or old.meta is None:
+            continue
+        for extent in theirs.ranges.get(node.id, ()):
+            corner = pa.array([encode_coord([hi - 1 for _, hi in extent])], pa.binary())
+            problem = _off_grid(node, corner, old.meta.chunk_shape)
+            if problem:
+                conflicts.append(Conflict(path, f"metadata changed: a bulk write {problem}"))
+        if their_coords is None:
             continue
         problem = _off_grid(node, their_coords, old.meta.chunk_shape)
         if problem:
@@ -244,9 +331,16 @@ def resolve(found: Found, ours: ChangeSet, policy: ConflictPolicy) -> Sequence[C
     """Apply ``policy`` to chunk conflicts; returns the conflicts left unresolved."""
     if policy is ConflictPolicy.FAIL or not found.conflicts:
         return found.conflicts
-    if not found.only_chunks:
-        return [c for c in found.conflicts if c.kind != CHUNK_CONFLICT]
+    resolvable = (
+        {CHUNK_CONFLICT, RANGE_CONFLICT} if policy is ConflictPolicy.OURS else {CHUNK_CONFLICT}
+    )
+    left = [c for c in found.conflicts if c.kind not in resolvable]
+    if left:
+        return left
     if policy is ConflictPolicy.THEIRS:
         for node_id, coords in found.chunk_overlaps.items():
-            ours.chunks[node_id].drop_coords(coords)
+            if node_id in ours.staged:
+                ours.staged_drops.setdefault(node_id, []).append(coords)
+            else:
+                ours.chunks[node_id].drop_coords(coords)
     return ()

@@ -6,17 +6,26 @@ swap in ``Session.commit``. Building is repeatable: a rebase simply builds again
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..format.coords import decode_coords
 from ..format.ids import new_object_id
 from ..format.keys import attributes_key, manifest_key, structure_key, txlog_key
-from ..format.manifest import attach_stats, encode_manifest, merge_refs, with_array_id
+from ..format.manifest import (
+    attach_stats,
+    decode_manifest,
+    encode_manifest,
+    merge_refs,
+    refs_of_array,
+    with_array_id,
+)
 from ..format.structure import ManifestRef, Node, encode_structure, make_node
 from ..format.txlog import ChangeKind, NodeChange, chunk_changes, encode_txlog
 from ..progress import Progress, track
@@ -32,6 +41,11 @@ from ..splitting import (
 from ..storage import Storage
 from .changes import ChangeSet
 from .snapshot import SnapshotView
+from .staged import StagedRefs, narrowed, read_staged
+
+# Manifests built from staged refs are written this many at a time in the committing process:
+# each holds up to a set's max-manifest-size refs in memory while it is merged and encoded.
+STAGED_CONCURRENCY = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +75,12 @@ def build_snapshot(
     pool: ThreadPoolExecutor,
     chunk_stats: Mapping[int, pa.Table] | None = None,
     progress: Progress | None = None,
+    piece_runner: PieceRunner | None = None,
 ) -> BuiltSnapshot:
     """Write a snapshot's files; ``chunk_stats`` (node id -> statistics of chunks written in
     the session, see ``format.manifest.attach_stats``) become ``stat_*`` manifest columns.
-    ``progress`` hears one stage per batch of manifests written."""
+    ``progress`` hears one stage per batch of manifests written. ``piece_runner`` writes the
+    pieces of split arrays whose refs are staged (default: here, a few at a time)."""
     stats = chunk_stats or {}
     nodes = current_nodes(base, changes)
     arrays = {n.id: n for n in nodes.values() if n.type == "array"}
@@ -74,11 +90,13 @@ def build_snapshot(
     # Attached and split arrays get manifests of their own, outside the set packing; to the
     # plan they look deleted, so any manifest they shared is rewritten without them.
     own = {i for i in changes.attached if i in arrays} | set(splits)
-    merged = _merge_modified(base, changes, arrays, modified - own, stats)
+    merged = _merge_modified(base, changes, arrays, modified - own - set(changes.staged), stats)
     created = frozenset(n.id for n in changes.created.values() if n.type == "array")
 
     counts = {
-        i: ArrayStats(i, n.path, n.meta.metadata_chunks if n.meta else 0, _ref_count(i, n, merged))
+        i: ArrayStats(
+            i, n.path, n.meta.metadata_chunks if n.meta else 0, _ref_count(base, changes, n, merged)
+        )
         for i, n in arrays.items()
         if i not in own
     }
@@ -86,10 +104,16 @@ def build_snapshot(
     plan = plan_manifests(counts, existing, modified, manifest_config, created - own)
 
     written: list[str] = []
+    staged_reader = _StagedReader(storage, base, changes)
     new_refs = _write_manifests(
-        storage, pool, plan.new_manifests, arrays, base, merged, written, progress
+        storage, pool, plan.new_manifests, arrays, base, merged, staged_reader, written, progress
     )
     for node_id, spec in splits.items():
+        if node_id in changes.staged:
+            tasks = _staged_piece_tasks(base, changes, arrays[node_id], spec)
+            runner = piece_runner or _local_runner(storage, pool)
+            new_refs[node_id] = _run_piece_tasks(runner, tasks, written, progress)
+            continue
         new_refs[node_id] = _write_split_array(
             storage,
             pool,
@@ -189,9 +213,23 @@ def _within_grid(refs: pa.Table, node: Node) -> pa.Table:
     return refs if inside.all() else refs.filter(pa.array(inside))
 
 
-def _ref_count(node_id: int, node: Node, merged: Mapping[int, pa.Table]) -> int:
-    table = merged.get(node_id)
-    return table.num_rows if table is not None else node.ref_count
+def _ref_count(
+    base: SnapshotView, changes: ChangeSet, node: Node, merged: Mapping[int, pa.Table]
+) -> int:
+    table = merged.get(node.id)
+    if table is not None:
+        return int(table.num_rows)
+    staged = changes.staged_refs(node.id)
+    if staged is None:
+        return node.ref_count
+    # Not read until written: committed plus staged refs, an upper bound (a coord both hold
+    # counts twice), so packing may leave a little room that exact counts would have filled.
+    return _committed_count(base, node) + staged.count
+
+
+def _committed_count(base: SnapshotView, node: Node) -> int:
+    committed = base.nodes.get(node.path)
+    return committed.ref_count if committed is not None and committed.id == node.id else 0
 
 
 def _existing_manifests(base_arrays: Iterable[Node]) -> list[ExistingManifest]:
@@ -214,13 +252,17 @@ def _write_manifests(
     arrays: Mapping[int, Node],
     base: SnapshotView,
     merged: Mapping[int, pa.Table],
+    staged: _StagedReader,
     written: list[str],
     progress: Progress | None,
 ) -> dict[int, list[ManifestRef]]:
     def refs_for(node_id: int) -> pa.Table:
         if node_id in merged:
             return merged[node_id]
-        node = arrays[node_id]  # in the closure but unchanged: carry its refs over as they are
+        node = arrays[node_id]
+        if staged.has(node_id):
+            return staged.whole_array(node)
+        # In the closure but unchanged: carry its refs over as they are.
         assert node.meta is not None
         return merge_refs(base.array_refs(base.nodes[node.path]), node.meta.ndim)
 
@@ -256,7 +298,8 @@ def _write_manifests(
         return out
 
     result: dict[int, list[ManifestRef]] = {}
-    done = pool.map(write_one, planned)
+    limit = STAGED_CONCURRENCY if staged.any() else None
+    done = bounded_map(pool, write_one, planned, limit)
     for pairs in track(progress, "writing manifests", done, len(planned)):
         for node_id, ref in pairs:
             result.setdefault(node_id, []).append(ref)
@@ -281,6 +324,11 @@ def _node_changes(changes: ChangeSet, arrays: Mapping[int, Node]) -> list[NodeCh
         for i in changes.attached
         if i in arrays
     ]
+    for node_id in changes.staged:
+        staged = changes.staged_refs(node_id)
+        if node_id in arrays and staged is not None:
+            path = arrays[node_id].path
+            out.append(NodeChange(path, node_id, ChangeKind.WRITE_CHUNK_RANGE, staged.extent()))
     out += [NodeChange(p, n.id, ChangeKind.created(n.type)) for p, n in changes.created.items()]
     out += [NodeChange(p, n.id, ChangeKind.UPDATE_METADATA) for p, n in changes.updated.items()]
     return out
@@ -314,6 +362,8 @@ def _split_arrays(
         committed = base_node.ref_count if base_node is not None and base_node.id == node_id else 0
         array_changes = changes.chunks.get(node_id)
         estimate = committed + (len(array_changes) if array_changes is not None else 0)
+        staged = changes.staged_refs(node_id)
+        estimate += staged.count if staged is not None else 0
         stats = ArrayStats(node_id, node.path, node.meta.metadata_chunks, estimate)
         spec = split_spec(stats, node.meta.grid_shape, node.meta.dimension_names, config)
         if spec is not None:
@@ -346,17 +396,7 @@ def _write_split_array(
     changed = decode_coords(array_changes.changed_coords(), ndim) if array_changes else None
     touched = set() if changed is None else {spec.piece_of(int(i)) for i in changed[:, axis]}
     grid_end = node.meta.grid_shape[axis]
-
-    def aligned(m: ManifestRef) -> bool:
-        lo, hi = m.extent[axis] if m.extent else (0, 0)
-        same_piece = spec.piece_of(lo) == spec.piece_of(hi - 1)
-        return m.set_name == spec.set_name and same_piece and hi <= grid_end
-
-    if changes.repack_all or not all(aligned(m) for m in pieces):
-        # Laid out some other way before (unsplit, other piece size, or shrunk): re-cut it all.
-        touched |= {p for m in pieces if m.extent for p in _pieces_of(spec, m.extent[axis])}
-    kept = [m for m in pieces if aligned(m) and spec.piece_of(m.extent[axis][0]) not in touched]
-    rewritten = [m for m in pieces if m not in kept]
+    kept, rewritten = _kept_pieces(pieces, spec, grid_end, touched, changes.repack_all)
 
     old = {m: base.ref_index(base_node, m).table for m in rewritten} if base_node else {}
     # Decode each source's coords along the axis once, not once per piece.
@@ -385,6 +425,31 @@ def _write_split_array(
     return sorted([*kept, *new], key=lambda m: m.extent)
 
 
+def _kept_pieces(
+    pieces: Sequence[ManifestRef],
+    spec: SplitSpec,
+    grid_end: int,
+    touched: set[int],
+    repack_all: bool,
+) -> tuple[list[ManifestRef], list[ManifestRef]]:
+    """(manifests kept as they are, manifests to rewrite) of a split array.
+
+    Adds to ``touched`` every piece that must be rewritten besides those written to.
+    """
+    axis = spec.axis
+
+    def aligned(m: ManifestRef) -> bool:
+        lo, hi = m.extent[axis] if m.extent else (0, 0)
+        same_piece = spec.piece_of(lo) == spec.piece_of(hi - 1)
+        return m.set_name == spec.set_name and same_piece and hi <= grid_end
+
+    if repack_all or not all(aligned(m) for m in pieces):
+        # Laid out some other way before (unsplit, other piece size, or shrunk): re-cut it all.
+        touched |= {p for m in pieces if m.extent for p in _pieces_of(spec, m.extent[axis])}
+    kept = [m for m in pieces if aligned(m) and spec.piece_of(m.extent[axis][0]) not in touched]
+    return kept, [m for m in pieces if m not in kept]
+
+
 def _pieces_of(spec: SplitSpec, extent: tuple[int, int]) -> range:
     """Every piece an extent ``[lo, hi)`` along the split axis overlaps, not just its ends."""
     return range(spec.piece_of(extent[0]), spec.piece_of(extent[1] - 1) + 1)
@@ -394,3 +459,161 @@ def _axis_index(refs: pa.Table, ndim: int, axis: int) -> np.ndarray:
     if refs.num_rows == 0:
         return np.empty(0, dtype=np.int64)
     return decode_coords(refs.column("coord"), ndim)[:, axis]
+
+
+# -- arrays whose refs are staged in files ----------------------------------------------------
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def bounded_map(
+    pool: Executor, fn: Callable[[T], R], items: Sequence[T], limit: int | None
+) -> Iterator[R]:
+    """``pool.map`` with at most ``limit`` calls in flight (all at once when ``None``).
+
+    Results come in order; each window of ``limit`` items finishes before the next starts.
+    """
+    if limit is None:
+        yield from pool.map(fn, items)
+        return
+    for start in range(0, len(items), limit):
+        yield from pool.map(fn, items[start : start + limit])
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PieceTask:
+    """One manifest piece of a split array with staged refs, writable from storage alone.
+
+    A plain value: a Spark job can run :func:`write_piece_task` on executors (the driver API)
+    while the committing process runs it itself otherwise.
+    """
+
+    node_id: int
+    path: str
+    grid_shape: tuple[int, ...]
+    set_name: str
+    axis: int
+    span: tuple[int, int]  # indices [lo, hi) along ``axis``
+    old: tuple[str, ...]  # base manifests that may hold refs of the piece
+    staged: StagedRefs
+    drop: pa.Array | None  # coords left out of the staged refs
+
+
+PieceRunner = Callable[[Sequence[PieceTask]], Iterable[ManifestRef | None]]
+
+
+def write_piece_task(storage: Storage, task: PieceTask) -> ManifestRef | None:
+    """Old refs of the piece, then its staged rows (later win): one manifest, or none."""
+    ndim = len(task.grid_shape)
+    layers = []
+    for manifest_id in task.old:
+        key = manifest_key(manifest_id)
+        refs = refs_of_array(decode_manifest(storage.get(key), key), task.node_id)
+        layers.append(_span_of(refs, ndim, task.axis, task.span))
+    for table in read_staged(storage, task.staged, task.axis, task.span):
+        layers.append(_without(table, task.drop))
+    refs = _inside(merge_refs(layers, ndim), task.grid_shape)
+    if refs.num_rows == 0:
+        return None
+    return write_array_manifest(storage, task.node_id, ndim, refs, task.set_name)
+
+
+def _span_of(refs: pa.Table, ndim: int, axis: int, span: tuple[int, int]) -> pa.Table:
+    index = _axis_index(refs, ndim, axis)
+    return refs.filter(pa.array((index >= span[0]) & (index < span[1])))
+
+
+def _without(table: pa.Table, drop: pa.Array | None) -> pa.Table:
+    if drop is None or table.num_rows == 0:
+        return table
+    return table.filter(pc.invert(pc.is_in(table.column("coord"), drop)))
+
+
+def _inside(refs: pa.Table, grid_shape: Sequence[int]) -> pa.Table:
+    if refs.num_rows == 0 or not grid_shape:
+        return refs
+    coords = decode_coords(refs.column("coord"), len(grid_shape))
+    inside = np.all(coords < np.asarray(grid_shape, dtype=np.int64), axis=1)
+    return refs if inside.all() else refs.filter(pa.array(inside))
+
+
+def _staged_piece_tasks(
+    base: SnapshotView, changes: ChangeSet, node: Node, spec: SplitSpec
+) -> tuple[list[ManifestRef], list[PieceTask]]:
+    """(kept manifests, tasks for the touched pieces) of a split array with staged refs."""
+    staged = changes.staged_refs(node.id)
+    assert staged is not None and node.meta is not None
+    axis = spec.axis
+    base_node = base.nodes.get(node.path)
+    pieces = base_node.manifests if base_node is not None and base_node.id == node.id else ()
+    touched = staged.pieces(axis, spec.chunks_per_split)
+    grid_end = node.meta.grid_shape[axis]
+    kept, rewritten = _kept_pieces(pieces, spec, grid_end, touched, changes.repack_all)
+    drop = changes.staged_drop(node.id)
+    tasks = []
+    for piece in sorted(touched):
+        span = spec.piece_range(piece)
+        old = tuple(
+            m.manifest_id
+            for m in rewritten
+            if not m.extent or (m.extent[axis][0] < span[1] and span[0] < m.extent[axis][1])
+        )
+        tasks.append(
+            PieceTask(
+                node.id,
+                node.path,
+                node.meta.grid_shape,
+                spec.set_name,
+                axis,
+                span,
+                old,
+                narrowed(staged, axis, span),
+                drop,
+            )
+        )
+    return kept, tasks
+
+
+def _local_runner(storage: Storage, pool: Executor) -> PieceRunner:
+    def run(tasks: Sequence[PieceTask]) -> Iterable[ManifestRef | None]:
+        return bounded_map(pool, lambda t: write_piece_task(storage, t), tasks, STAGED_CONCURRENCY)
+
+    return run
+
+
+def _run_piece_tasks(
+    runner: PieceRunner,
+    planned: tuple[list[ManifestRef], list[PieceTask]],
+    written: list[str],
+    progress: Progress | None,
+) -> list[ManifestRef]:
+    kept, tasks = planned
+    stage = f"writing manifests of {tasks[0].path}" if tasks else "writing manifests"
+    new = [r for r in track(progress, stage, runner(tasks), len(tasks)) if r is not None]
+    written.extend(manifest_key(r.manifest_id) for r in new)
+    return sorted([*kept, *new], key=lambda m: m.extent)
+
+
+class _StagedReader:
+    """Reads all staged refs of an unsplit array (small enough: it fits one manifest)."""
+
+    def __init__(self, storage: Storage, base: SnapshotView, changes: ChangeSet) -> None:
+        self._storage, self._base, self._changes = storage, base, changes
+
+    def any(self) -> bool:
+        return bool(self._changes.staged)
+
+    def has(self, node_id: int) -> bool:
+        return node_id in self._changes.staged
+
+    def whole_array(self, node: Node) -> pa.Table:
+        staged = self._changes.staged_refs(node.id)
+        assert staged is not None and node.meta is not None
+        layers = []
+        committed = self._base.nodes.get(node.path)
+        if committed is not None and committed.id == node.id:
+            layers.extend(self._base.array_refs(committed))
+        drop = self._changes.staged_drop(node.id)
+        layers += [_without(t, drop) for t in read_staged(self._storage, staged)]
+        return _inside(merge_refs(layers, node.meta.ndim), node.meta.grid_shape)

@@ -60,3 +60,27 @@ def _validate_array_doc(path: str, doc: Mapping[str, Any]) -> None:
         ArrayV3Metadata.from_dict(dict(doc))
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidInputError(f"array {path!r}: invalid Zarr v3 metadata: {exc}") from exc
+
+
+def grown_doc(zarr_json: bytes, path: str, min_shape: Sequence[int] | None) -> bytes:
+    """``zarr_json`` with its shape grown to at least ``min_shape`` (unchanged bytes if not).
+
+    Raises:
+        InvalidInputError: not an array document, or ``min_shape`` of another rank.
+    """
+    if min_shape is None:
+        return zarr_json
+    try:
+        doc = json.loads(zarr_json)
+        shape = [int(n) for n in doc["shape"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidInputError(f"{path!r}: not a Zarr array document ({exc})") from exc
+    if len(shape) != len(min_shape):
+        raise InvalidInputError(
+            f"{path!r} has {len(shape)} dimensions; cannot grow it to {tuple(min_shape)}"
+        )
+    grown = [max(n, int(m)) for n, m in zip(shape, min_shape, strict=True)]
+    if grown == shape:
+        return zarr_json
+    doc["shape"] = grown
+    return json.dumps(doc).encode()

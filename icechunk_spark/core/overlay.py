@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..chunks.stats import StatsLog
 from ..errors import NotFoundError
 from ..format.coords import encode_coord
 from ..format.manifest import attach_stats, merge_refs
 from ..format.structure import Node, make_node
+from ..storage import Storage
 from .changes import ChangeSet
-from .snapshot import ChunkRef, SnapshotView
+from .snapshot import ChunkRef, SnapshotView, row_ref
+from .staged import read_staged
 
 
 def node_at(base: SnapshotView, changes: ChangeSet, path: str) -> Node:
@@ -29,7 +32,7 @@ def node_at(base: SnapshotView, changes: ChangeSet, path: str) -> Node:
 
 
 def chunk_ref(
-    base: SnapshotView, changes: ChangeSet, node: Node, coord: tuple[int, ...]
+    base: SnapshotView, changes: ChangeSet, node: Node, coord: tuple[int, ...], storage: Storage
 ) -> ChunkRef | None:
     """The ref of one chunk of array ``node``: ours if we wrote or deleted it, else the base's."""
     key = encode_coord(coord)
@@ -39,13 +42,36 @@ def chunk_ref(
             found, ref = ours.lookup(key)
             if found:
                 return ref
+        staged = _staged_layers(changes, node, storage, coord)
+    if staged is not None:
+        match = staged.filter(pc.equal(staged.column("coord"), pa.scalar(key, pa.binary())))
+        if match.num_rows:
+            return row_ref(match, match.num_rows - 1)  # the last staged row wins
     committed = base.nodes.get(node.path)
     if committed is None or committed.id != node.id:
         return None  # created (or re-created) in this session: the base's refs are not its
     return base.lookup(committed, coord, key)
 
 
-def array_refs(base: SnapshotView, changes: ChangeSet, stats: StatsLog, node: Node) -> pa.Table:
+def _staged_layers(
+    changes: ChangeSet, node: Node, storage: Storage, coord: tuple[int, ...] | None = None
+) -> pa.Table | None:
+    """The array's staged rows (those at ``coord``'s first index, if given), oldest first."""
+    staged = changes.staged_refs(node.id)
+    if staged is None:
+        return None
+    span = (coord[0], coord[0] + 1) if coord else None
+    layers = read_staged(storage, staged, 0 if span else None, span)
+    drop = changes.staged_drop(node.id)
+    table = pa.concat_tables(layers) if layers else None
+    if table is None or drop is None:
+        return table
+    return table.filter(pc.invert(pc.is_in(table.column("coord"), drop)))
+
+
+def array_refs(
+    base: SnapshotView, changes: ChangeSet, stats: StatsLog, node: Node, storage: Storage
+) -> pa.Table:
     """Every ref of array ``node``, committed and ours, sorted by coord."""
     assert node.meta is not None
     layers = []
@@ -57,4 +83,7 @@ def array_refs(base: SnapshotView, changes: ChangeSet, stats: StatsLog, node: No
         if ours is not None:
             written = stats.table(node.id)
             layers.extend(attach_stats(t, written) for t in ours.layers(node.id))
+        staged = _staged_layers(changes, node, storage)
+    if staged is not None:
+        layers.append(staged)
     return merge_refs(layers, node.meta.ndim)

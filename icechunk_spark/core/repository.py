@@ -241,12 +241,32 @@ class Repository:
         )
 
     # -- sessions -------------------------------------------------------------------------
-    def writable_session(self, branch: str = DEFAULT_BRANCH) -> Session:
-        """A session that commits to ``branch``. Raises ``NotFoundError`` for an unknown branch."""
+    def writable_session(
+        self,
+        branch: str = DEFAULT_BRANCH,
+        *,
+        base_snapshot_id: str | None = None,
+        fresh_since: int | None = None,
+    ) -> Session:
+        """A session that commits to ``branch``.
+
+        Args:
+            branch: the branch to commit to.
+            base_snapshot_id: start from this snapshot instead of the tip, e.g. the one a
+                distributed write was planned on: the commit then rebases over whatever the
+                branch gained since, so concurrent changes to the same chunks are conflicts.
+            fresh_since: the state generation read before the first object of this write
+                was written (default: now); the commit checks that no garbage collection
+                since then could have deleted them.
+
+        Raises:
+            NotFoundError: an unknown branch or snapshot.
+        """
         state = self.state()
-        tip = state.branch(branch).snapshot_id
-        view = self._view_with_preload(tip, state)
-        return Session(self, view, branch, read_only=False, fresh_since=state.generation)
+        base = base_snapshot_id or state.branch(branch).snapshot_id
+        view = self._view_with_preload(base, state)
+        since = state.generation if fresh_since is None else fresh_since
+        return Session(self, view, branch, read_only=False, fresh_since=since)
 
     def readonly_session(
         self,

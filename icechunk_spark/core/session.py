@@ -28,10 +28,11 @@ from .chunk_writes import store_chunk, virtual_ref, write_statistics
 from .commit import Commit
 from .config import RepositoryConfig
 from .conflicts import ConflictPolicy, OnConflict
-from .flush import current_nodes
-from .node_docs import array_doc, group_doc
+from .flush import PieceRunner, current_nodes
+from .node_docs import array_doc, group_doc, grown_doc
 from .ref_tables import check_coord, ref_table
 from .snapshot import ChunkRef, SnapshotView
+from .staged import StagedRefs
 
 if TYPE_CHECKING:
     from ..zarr_store import IcechunkStore
@@ -168,6 +169,49 @@ class Session:
             self._changes.record_node(node, existed=existing is not None)
             return node
 
+    def ensure_array(
+        self,
+        path: str,
+        zarr_json: bytes,
+        *,
+        min_shape: Sequence[int] | None = None,
+        recreate: bool = False,
+    ) -> Node:
+        """Make an array at ``path`` ready for a write, in one call.
+
+        A missing array is created from ``zarr_json``, with any missing parent groups (as
+        zarr's ``create_array`` does); an existing one keeps its own metadata. Its shape then
+        grows to at least ``min_shape`` (an append), and ``recreate`` replaces it with an
+        empty array of the same metadata (an overwrite: none of its old chunks remain).
+
+        Raises:
+            InvalidInputError: a group is at ``path``, or zarr does not accept ``zarr_json``.
+        """
+        self._require_writable()
+        path = normalize_path(path)
+        with self._changes.lock:
+            current = self.find_node(path)
+            if current is not None and current.type != "array":
+                raise InvalidInputError(f"{path!r} is a group in the repository, not an array")
+            doc = current.zarr_json if current is not None else bytes(zarr_json)
+            doc = grown_doc(doc, path, min_shape)
+            if current is None:
+                self._create_parents(path)
+                return self.set_node_metadata(path, doc, create_only=True)
+            if recreate:  # a new node id: the array's old refs are not carried over
+                self.delete_node(path, recursive=False)
+                return self.set_node_metadata(path, doc)
+            if doc != current.zarr_json:
+                self.set_node_metadata(path, doc)
+            return self.get_node(path)
+
+    def _create_parents(self, path: str) -> None:
+        parts = path.strip("/").split("/")[:-1]
+        for depth in range(len(parts) + 1):
+            parent = "/" + "/".join(parts[:depth])
+            if self.find_node(parent) is None:
+                self.create_group(parent)
+
     def delete_node(self, path: str, *, recursive: bool = True) -> None:
         """Delete the node at ``path`` (and, by default, everything below it)."""
         self._require_writable()
@@ -283,6 +327,31 @@ class Session:
             self._changes.array_changes(node).add_table(table)
         return int(table.num_rows)
 
+    def add_staged_refs(self, path: str, staged: StagedRefs) -> None:
+        """Add refs of one array that wait in staged Parquet files (see ``core.staged``).
+
+        For writes too big for one process: the session keeps only where the rows are and
+        their counts and bounds; the commit packs and splits manifests from those like any
+        other change, then reads the rows manifest by manifest. Rows were checked when they
+        were staged (grid, location, containers); staged rows win over committed refs.
+
+        Raises:
+            InvalidInputError: the bounds do not fit the array's grid, or this session wrote
+                chunks of the array (an array takes either kind of write in one session).
+        """
+        self._require_writable()
+        node = self._array(path)
+        assert node.meta is not None
+        grid = node.meta.grid_shape
+        if staged.ndim != node.meta.ndim or any(
+            h >= g for h, g in zip(staged.hi, grid, strict=True)
+        ):
+            raise InvalidInputError(
+                f"staged refs of {path!r} span {staged.extent()}, outside its chunk grid {grid}"
+            )
+        with self._changes.lock:
+            self._changes.add_staged(node, staged)
+
     def attach_manifests(self, path: str, manifests: Sequence[ManifestRef]) -> None:
         """Declare that prewritten manifests hold *all* of the array's refs from now on.
 
@@ -294,6 +363,7 @@ class Session:
         node = self._array(path)
         with self._changes.lock:
             self._changes.chunks.pop(node.id, None)
+            self._changes.staged.pop(node.id, None)
             self._changes.attached[node.id] = tuple(manifests)
 
     def repack_manifests(self, config: ManifestConfig | None = None) -> None:
@@ -312,7 +382,8 @@ class Session:
     def get_chunk_ref(self, path: str, coord: Sequence[int]) -> ChunkRef | None:
         """Where the chunk's bytes are, or ``None`` when it was never written."""
         node = self._array(path)
-        return overlay.chunk_ref(self._base, self._changes, node, check_coord(node, coord))
+        checked = check_coord(node, coord)
+        return overlay.chunk_ref(self._base, self._changes, node, checked, self._repo.storage)
 
     def get_chunk(
         self, path: str, coord: Sequence[int], byte_range: tuple[int, int | None] | None = None
@@ -331,7 +402,9 @@ class Session:
 
     def chunk_refs(self, path: str) -> pa.Table:
         """Every ref of the array (committed and uncommitted), sorted by coord."""
-        return overlay.array_refs(self._base, self._changes, self._stats, self._array(path))
+        node = self._array(path)
+        storage = self._repo.storage
+        return overlay.array_refs(self._base, self._changes, self._stats, node, storage)
 
     def chunk_inventory(self, path: str) -> np.ndarray:
         """Which chunks the array has, as a boolean array over its chunk grid."""
@@ -364,6 +437,7 @@ class Session:
         *,
         on_conflict: OnConflict = "fail",
         progress: Progress | None = None,
+        piece_runner: PieceRunner | None = None,
     ) -> str:
         """Atomically publish the changes as a new snapshot on the session's branch.
 
@@ -376,6 +450,9 @@ class Session:
             on_conflict: what to do with chunks a concurrent commit wrote too: a
                 ``ConflictPolicy`` or its name (``"fail"``, ``"ours"``, ``"theirs"``).
             progress: hears the manifests being written.
+            piece_runner: writes the manifest pieces of split arrays with staged refs
+                elsewhere (e.g. on Spark executors); by default this process writes them,
+                a few at a time.
 
         Returns:
             The new snapshot's id.
@@ -405,6 +482,7 @@ class Session:
             fresh_since=self._fresh_since,
             manifest_config=self._manifest_config or self._repo.manifest_config,
             config_change=self._config_change,
+            piece_runner=piece_runner,
         )
         try:
             committed = commit.run(message, user_metadata, policy, progress)

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +36,8 @@ class ChangeKind(StrEnum):
     UPDATE_METADATA = "update_metadata"
     DELETE_NODE = "delete_node"
     REPLACE_CHUNKS = "replace_chunks"  # all chunk refs replaced by attached manifests
+    # chunks written somewhere in the entry's ``extent``, coords not listed (staged refs)
+    WRITE_CHUNK_RANGE = "write_chunk_range"
 
     @classmethod
     def created(cls, node_type: str) -> ChangeKind:
@@ -45,11 +48,15 @@ class ChangeKind(StrEnum):
 NODE_KINDS = frozenset(ChangeKind)
 
 
+Extent = tuple[tuple[int, int], ...]  # per dimension [lo, hi) of chunk indices
+
+
 @dataclass(frozen=True, slots=True)
 class NodeChange:
     path: str
     node_id: int
     kind: ChangeKind
+    extent: Extent | None = None  # only for WRITE_CHUNK_RANGE
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,21 +86,36 @@ def chunk_changes(node_id: int, coords: pa.Array | pa.ChunkedArray) -> pa.Table:
 
 
 def encode_txlog(nodes: Iterable[NodeChange], chunks: Iterable[pa.Table]) -> bytes:
-    node_list = [{"path": n.path, "node_id": n.node_id, "kind": str(n.kind)} for n in nodes]
+    node_list = [_node_entry(n) for n in nodes]
     tables = [t for t in chunks if t.num_rows]
     table = pa.concat_tables(tables) if tables else CHUNK_CHANGES_SCHEMA.empty_table()
     table = table.replace_schema_metadata({"icechunk.nodes": json.dumps(node_list)})
     return table_to_parquet(table)
 
 
+def _node_entry(change: NodeChange) -> dict[str, object]:
+    entry: dict[str, object] = {
+        "path": change.path,
+        "node_id": change.node_id,
+        "kind": str(change.kind),
+    }
+    if change.extent is not None:
+        entry["extent"] = [list(dim) for dim in change.extent]
+    return entry
+
+
+def _node_change(entry: Mapping[str, Any]) -> NodeChange:
+    raw_extent = entry.get("extent")
+    extent = tuple((int(lo), int(hi)) for lo, hi in raw_extent) if raw_extent else None
+    kind = ChangeKind(entry["kind"])
+    return NodeChange(str(entry["path"]), int(entry["node_id"]), kind, extent)
+
+
 def decode_txlog(data: bytes, name: str) -> TransactionLog:
     table = parquet_to_table(data, name, CHUNK_CHANGES_SCHEMA)
     try:
         raw = (table.schema.metadata or {}).get(b"icechunk.nodes", b"[]")
-        nodes = tuple(
-            NodeChange(str(d["path"]), int(d["node_id"]), ChangeKind(d["kind"]))
-            for d in json.loads(raw)
-        )
+        nodes = tuple(_node_change(d) for d in json.loads(raw))
     except (ValueError, KeyError, TypeError) as exc:
         raise FormatError(f"transaction log {name!r} is corrupt: {exc}") from exc
     return TransactionLog(nodes, table.select(["node_id", "coord"]).replace_schema_metadata(None))

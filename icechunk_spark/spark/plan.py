@@ -60,9 +60,6 @@ class WritePlan:
     inline_threshold: int = 0
     containers: tuple[str, ...] = ()
     stage_rows: int = DEFAULT_STAGE_ROWS
-    # Sort staged files by (array, coord): the driver API's piece tasks then read only the
-    # row groups of their piece. The data source's commit reads everything, so it skips this.
-    sort_staged: bool = False
     # The state generation the plan was made from: every object the write creates is younger,
     # which tells the commit whether a garbage collection since could have deleted them.
     base_generation: int = -1
@@ -76,11 +73,6 @@ class WritePlan:
     def journal_prefix(self) -> str:
         """Chunk journals: ``<attempt>-<n>`` objects listing chunk object ids, one a line."""
         return f"{self.staging_prefix}journal/"
-
-    @property
-    def manifest_journal_prefix(self) -> str:
-        """One empty object per manifest executors wrote, named by the manifest id."""
-        return f"{self.staging_prefix}manifests/"
 
     def target(self, path: str) -> ArrayTarget | None:
         return self.arrays.get(path)

@@ -16,14 +16,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..chunks.codec import ChunkCodec
 from ..core.containers import resolve_url
+from ..core.staged import STAGED_SCHEMA, StagedFile, write_staged
 from ..errors import InvalidInputError
 from ..format.coords import encode_coords
 from ..format.keys import chunk_key
-from ..format.parquet import read_parquet_bytes
 from ..format.paths import normalize_path
 from ..storage import Storage
 from .chunks import ChunkObjectWriter
@@ -32,20 +31,8 @@ from .rows import check_grid, coords_of, first_coord, flat, row_error, split_by_
 
 log = logging.getLogger(__name__)
 
-STAGED = pa.schema(
-    [
-        ("array", pa.string()),
-        ("coord", pa.binary()),
-        ("inline_data", pa.binary()),
-        ("chunk_id", pa.string()),
-        ("virtual_path", pa.string()),
-        ("offset", pa.uint64()),
-        ("length", pa.uint64()),
-        ("checksum", pa.string()),
-    ]
-)
 # Beyond this many distinct indices along one dimension a result keeps only the bounds.
-MAX_TRACKED_INDICES = 100_000
+MAX_TRACKED_INDICES = 10_000
 STAGED_ROW_GROUP = 65_536
 _ENCODE_BATCH = 256
 
@@ -82,31 +69,6 @@ class ArrayStaged:
 
 def _capped(values: np.ndarray) -> np.ndarray | None:
     return values if len(values) <= MAX_TRACKED_INDICES else None
-
-
-@dataclass(frozen=True, slots=True)
-class RowGroup:
-    """Bounds of one row group of a staged file (meaningful when staging sorts)."""
-
-    rows: int
-    first: tuple[str, bytes]  # (array, coord) of its first row
-    last: tuple[str, bytes]  # and of its last
-
-
-@dataclass(frozen=True, slots=True)
-class StagedFile:
-    """One staged ref file: its key, size (for ranged reads) and row groups."""
-
-    key: str
-    size: int
-    groups: tuple[RowGroup, ...]
-
-    def groups_between(self, low: tuple[str, bytes], high: tuple[str, bytes]) -> list[int]:
-        """Row groups that may hold rows in ``[low, high)`` of (array, coord) order.
-
-        Only for files staged with ``WritePlan.sort_staged``.
-        """
-        return [i for i, g in enumerate(self.groups) if g.first < high and low <= g.last]
 
 
 @dataclass(slots=True)
@@ -217,7 +179,7 @@ class Stager:
                 "coord": encode_coords(coords),
                 **columns,
             },
-            schema=STAGED,
+            schema=STAGED_SCHEMA,
         )
 
     def _virtual_columns(
@@ -312,25 +274,9 @@ class Stager:
             return
         table = pa.concat_tables(self._pending)
         self._pending, self._pending_rows = [], 0
-        if self.plan.sort_staged:
-            # Sorted by (array, coord), a task writing one piece of one array later reads only
-            # the row groups that can hold it: the staged files are the shuffle.
-            table = table.sort_by([("array", "ascending"), ("coord", "ascending")])
         name = f"{self.result.attempt}-{len(self.result.files):04d}.parquet"
         key = f"{self.plan.staging_prefix}{name}"
-        sink = pa.BufferOutputStream()
-        pq.write_table(
-            table,
-            sink,
-            compression="zstd",
-            use_dictionary=["array", "chunk_id", "virtual_path"],
-            row_group_size=STAGED_ROW_GROUP,
-        )
-        data = sink.getvalue()
-        self.storage.put(key, data.to_pybytes())
-        sizes = pq.read_metadata(pa.BufferReader(data))
-        rows = [sizes.row_group(i).num_rows for i in range(sizes.num_row_groups)]
-        self.result.files.append(StagedFile(key, data.size, _row_groups(table, rows)))
+        self.result.files.append(write_staged(self.storage, key, table, STAGED_ROW_GROUP))
 
     def discard(self) -> None:
         """Delete everything this attempt wrote (best effort: the coordinator sweeps too)."""
@@ -339,51 +285,29 @@ class Stager:
         self.result.files.clear()
 
 
-def _row_groups(table: pa.Table, sizes: Sequence[int]) -> tuple[RowGroup, ...]:
-    """The (array, coord) bounds of each row group, from the sorted table just written."""
-    arrays, coords = table.column("array"), table.column("coord")
-    out, start = [], 0
-    for n in sizes:
-        end = start + n - 1
-        first = (arrays[start].as_py(), coords[start].as_py())
-        out.append(RowGroup(n, first, (arrays[end].as_py(), coords[end].as_py())))
-        start += n
-    return tuple(out)
-
-
-def read_staged(storage: Storage, key: str) -> pa.Table:
-    """A staged ref file."""
-    return read_parquet_bytes(storage.get(key))
-
-
 def merge_results(results: Iterable[StageResult]) -> dict[str, ArrayStaged]:
     """Per array, the union of every attempt's stats."""
-    merged: dict[str, ArrayStaged] = {}
+    by_array: dict[str, list[ArrayStaged]] = {}
     for result in results:
         for path, stats in result.arrays.items():
-            known = merged.get(path)
-            if known is None:
-                merged[path] = ArrayStaged(
-                    stats.count, stats.lo.copy(), stats.hi.copy(), list(stats.indices)
-                )
-            else:
-                known.merge(stats)
+            by_array.setdefault(path, []).append(stats)
+    return {path: merged_stats(parts) for path, parts in by_array.items()}
+
+
+def merged_stats(parts: Sequence[ArrayStaged]) -> ArrayStaged:
+    """One array's stats from several attempts, merged into a new value."""
+    first = parts[0]
+    merged = ArrayStaged(first.count, first.lo.copy(), first.hi.copy(), list(first.indices))
+    for stats in parts[1:]:
+        merged.merge(stats)
     return merged
 
 
-def staged_keys(results: Iterable[StageResult]) -> list[str]:
-    return sorted(k for r in results for k in r.keys)
-
-
 __all__ = [
-    "STAGED",
     "ArrayStaged",
-    "RowGroup",
     "StageResult",
-    "StagedFile",
     "Stager",
     "attempt_name",
     "merge_results",
-    "read_staged",
-    "staged_keys",
+    "merged_stats",
 ]

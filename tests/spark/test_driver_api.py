@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +150,78 @@ def test_commit_refs_overwrite_and_append_dim(spark: Any, tmp_path: Path) -> Non
     assert set(ref_map(repo, "/t")) == {(0, 0), (1, 1), (4, 0)}
     commit_refs(refs_df(spark, virtual_rows([(3, 1)], "/t")), url, mode="overwrite")
     assert set(ref_map(repo, "/t")) == {(3, 1)}
+
+
+LAYOUT_CONFIG = {
+    "virtual_chunk_containers": {CONTAINER: {}},
+    "manifests": {
+        "chunk-manifests": {
+            "sets": [
+                {"coordinates": {"max-manifest-size": 20, "cardinality": 1}},
+                {"default": {"max-manifest-size": 30}},
+            ],
+            "rules": [{"path": ".*/(time|lat)", "target": "coordinates"}],
+        }
+    },
+}
+CUBE_ARRAYS = {
+    "/time": {"shape": [12], "chunk_shape": [1], "data_type": "float64"},
+    "/lat": {"shape": [4], "chunk_shape": [1], "data_type": "float64"},
+    "/big": {"shape": [40, 2], "chunk_shape": [1, 1], "data_type": "uint8"},
+    "/small": {"shape": [6, 2], "chunk_shape": [1, 1], "data_type": "uint8"},
+}
+
+
+def layout(repo: Repository) -> list[tuple[Any, ...]]:
+    """Sets, arrays per manifest, ref counts, and each array's manifest extents."""
+    manifests = sorted((m.set_name, m.arrays, m.refs) for m in repo.manifests())
+    nodes = repo.readonly_session("main").list_nodes()
+    extents = sorted((n.path, tuple(m.extent for m in n.manifests)) for n in nodes)
+    return [*manifests, *extents]
+
+
+def test_both_front_doors_lay_manifests_out_like_the_core(spark: Any, tmp_path: Path) -> None:
+    """One datacube through df.write, commit_refs and the core: the same manifests."""
+    rows = [("/time", [i], f"{CONTAINER}t.bin", 8 * i, 8) for i in range(12)]
+    rows += [("/lat", [i], f"{CONTAINER}l.bin", 8 * i, 8) for i in range(4)]
+    rows += virtual_rows([(i, j) for i in range(40) for j in range(2)])
+    rows += virtual_rows([(i, j) for i in range(6) for j in range(2)], path="/small")
+    schema = "array string, coord array<bigint>, location string, offset bigint, length bigint"
+    repos = {}
+    for door in ("df.write", "commit_refs", "core"):
+        url = (tmp_path / door.replace(".", "_")).as_uri()
+        repos[door] = new_repo(url, config=LAYOUT_CONFIG)
+        df = spark.createDataFrame(rows, schema).repartition(3)
+        if door == "df.write":
+            (
+                df.write.format("icechunk")
+                .mode("append")
+                .option("arrays", json.dumps(CUBE_ARRAYS))
+                .save(url)
+            )
+        elif door == "commit_refs":
+            commit_refs(df, url, arrays=CUBE_ARRAYS)
+        else:
+            session = repos[door].writable_session()
+            for path, doc in CUBE_ARRAYS.items():
+                session.create_array(path, doc["shape"], doc["chunk_shape"], doc["data_type"])
+            for path in CUBE_ARRAYS:
+                mine = [r for r in rows if r[0] == path]
+                session.set_chunk_refs(
+                    path,
+                    {
+                        "coord": np.array([r[1] for r in mine]),
+                        "location": [r[2] for r in mine],
+                        "offset": [r[3] for r in mine],
+                        "length": [r[4] for r in mine],
+                    },
+                )
+            session.commit("core")
+    expected = layout(repos["core"])
+    assert ("coordinates", ("/lat", "/time"), 16) in expected  # packed, not one per array
+    assert sum(1 for m in repos["core"].manifests() if m.arrays == ("/big",)) == 3  # split
+    assert layout(repos["df.write"]) == expected
+    assert layout(repos["commit_refs"]) == expected
+    for path in ("/big", "/small"):
+        assert ref_map(repos["df.write"], path) == ref_map(repos["core"], path)
+        assert ref_map(repos["commit_refs"], path) == ref_map(repos["core"], path)

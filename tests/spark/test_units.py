@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +13,7 @@ import pytest
 from icechunk_spark import InvalidInputError, Repository
 from icechunk_spark.chunks.codec import ChunkCodec
 from icechunk_spark.format import manifest as manifest_format
+from icechunk_spark.format.structure import ManifestRef
 from icechunk_spark.spark import scan, tables
 from icechunk_spark.spark.options import parse_value, read_target, repo_options
 from icechunk_spark.spark.plan import array_document, declared_arrays, row_kind
@@ -136,10 +137,10 @@ def test_chunk_batches_match_the_schema() -> None:
 def test_piece_tasks_read_only_the_row_groups_of_their_piece(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The driver API's manifest step without Spark: stage, plan pieces, write each piece."""
+    """The coordinator without Spark: stage, commit staged refs, one task per split piece."""
+    from icechunk_spark.core.flush import PieceTask, write_piece_task
     from icechunk_spark.spark import staging
-    from icechunk_spark.spark.distributed import piece_tasks, write_piece
-    from icechunk_spark.spark.pieces import plan_layout
+    from icechunk_spark.spark.coordinator import StagedWrite, stage_into
     from icechunk_spark.spark.plan import make_plan, options_from_kwargs
 
     monkeypatch.setattr(staging, "STAGED_ROW_GROUP", 10)
@@ -154,7 +155,6 @@ def test_piece_tasks_read_only_the_row_groups_of_their_piece(
     declared = {"/big": {"shape": [50, 2], "chunk_shape": [1, 1], "data_type": "uint8"}}
     columns = ["array", "coord", "location", "offset", "length"]
     plan = make_plan(options_from_kwargs(url, arrays=declared), columns, overwrite=False)
-    plan = replace(plan, sort_staged=True)
     coords = [[i, j] for i in range(50) for j in range(2)]
     rows = pa.table(
         {
@@ -169,14 +169,23 @@ def test_piece_tasks_read_only_the_row_groups_of_their_piece(
     (staged_file,) = result.files
     assert [g.rows for g in staged_file.groups] == [10] * 10
 
-    session = repo.writable_session("main")
-    node = session.create_array("/big", (50, 2), (1, 1), "uint8")
-    layout = plan_layout(node, result.arrays["/big"], repo.manifest_config)
-    assert (layout.axis, layout.chunks_per_split, layout.write) == (0, 10, (0, 1, 2, 3, 4))
-    tasks = piece_tasks(result.files, {"/big": layout})
+    tasks: list[PieceTask] = []
+
+    def runner(todo: Sequence[PieceTask]) -> list[ManifestRef | None]:
+        tasks.extend(todo)
+        return [write_piece_task(repo.storage, t) for t in todo]
+
+    session = repo.writable_session("main", base_snapshot_id=plan.base_snapshot)
+    stage_into(session, plan, StagedWrite.of([result]))
+    session.commit("staged", piece_runner=runner)
+
     # 20 refs per piece, sorted staging: each piece reads 2 of the 10 row groups.
-    assert [t.staged[0][2] for t in tasks] == [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9)]
-    refs = [write_piece(repo.storage, plan, layout, t) for t in tasks]
-    assert [(r.extent, r.ref_count) for r in refs if r] == [
+    assert [(t.axis, t.span) for t in tasks] == [(0, (10 * p, 10 * p + 10)) for p in range(5)]
+    groups = [
+        f.groups_between(*t.staged.key_range(t.axis, t.span)) for t in tasks for f in t.staged.files
+    ]
+    assert groups == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+    (node,) = [n for n in repo.readonly_session("main").list_nodes() if n.path == "/big"]
+    assert [(m.extent, m.ref_count) for m in node.manifests] == [
         (((10 * p, 10 * p + 10), (0, 2)), 20) for p in range(5)
     ]
