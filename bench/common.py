@@ -38,3 +38,60 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3f}"
     return str(value)
+
+
+class TreeMemory:
+    """Peak RSS of every process in this process's tree, by kind, sampled in a thread.
+
+    Spark runs Python workers and planner/commit workers as children of the JVM, which is a
+    child of this driver: counting only this process misses where the memory goes. A kind
+    is this driver, the JVM, or the Python module a worker runs (``pyspark.daemon`` for
+    executor workers, ``pyspark.sql.worker.<name>`` for data source planning and commit).
+    """
+
+    def __init__(self, interval: float = 0.1) -> None:
+        import os
+        import threading
+
+        self._interval = interval
+        self._pid = os.getpid()
+        self._peaks: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> TreeMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def peaks_mb(self) -> dict[str, float]:
+        """Kind -> the largest RSS one process of that kind reached, in MB."""
+        return dict(sorted(self._peaks.items()))
+
+    def _run(self) -> None:
+        import psutil
+
+        me = psutil.Process(self._pid)
+        while not self._stop.wait(self._interval):
+            for proc in [me, *me.children(recursive=True)]:
+                try:
+                    kind = self._kind(proc)
+                    rss = proc.memory_info().rss / 2**20
+                except psutil.Error:
+                    continue  # exited between listing and reading
+                self._peaks[kind] = max(self._peaks.get(kind, 0.0), rss)
+
+    def _kind(self, proc: Any) -> str:
+        if proc.pid == self._pid:
+            return "driver (this Python)"
+        cmdline = proc.cmdline()
+        name = proc.name()
+        if "java" in name:
+            return "JVM (driver + executors)"
+        if "-m" in cmdline:
+            return f"Python {cmdline[cmdline.index('-m') + 1]}"
+        return name

@@ -20,6 +20,7 @@ from ..format.ids import new_object_id
 from ..format.keys import attributes_key, manifest_key, structure_key, txlog_key
 from ..format.manifest import (
     attach_stats,
+    conform_refs,
     decode_manifest,
     encode_manifest,
     merge_refs,
@@ -154,10 +155,10 @@ def write_array_manifest(
 ) -> ManifestRef:
     """Write one manifest holding ``refs`` of one array; returns the structure's ref to it.
 
-    Used by flush for split pieces, and by Spark executors that write manifests in parallel.
+    ``refs`` are sorted by coord, one row a coord (as ``merge_refs`` returns them): merging
+    again would copy a million-row table twice more for nothing.
     """
-    refs = merge_refs([refs], ndim)
-    refs = with_array_id(refs, node_id)
+    refs = with_array_id(conform_refs(refs), node_id)
     manifest_id = new_object_id()
     storage.put(manifest_key(manifest_id), encode_manifest(refs, presorted=True))
     return ManifestRef(manifest_id, coords_extent(refs, ndim), int(refs.num_rows), set_name)
