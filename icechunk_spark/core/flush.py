@@ -109,11 +109,13 @@ def build_snapshot(
     new_refs = _write_manifests(
         storage, pool, plan.new_manifests, arrays, base, merged, staged_reader, written, progress
     )
+    staged_splits = {i: spec for i, spec in splits.items() if i in changes.staged}
+    runner = piece_runner or _local_runner(storage, pool)
+    new_refs |= _write_staged_pieces(
+        runner, base, changes, arrays, staged_splits, written, progress
+    )
     for node_id, spec in splits.items():
-        if node_id in changes.staged:
-            tasks = _staged_piece_tasks(base, changes, arrays[node_id], spec)
-            runner = piece_runner or _local_runner(storage, pool)
-            new_refs[node_id] = _run_piece_tasks(runner, tasks, written, progress)
+        if node_id in staged_splits:
             continue
         new_refs[node_id] = _write_split_array(
             storage,
@@ -501,6 +503,7 @@ class PieceTask:
     drop: pa.Array | None  # coords left out of the staged refs
 
 
+# Writes every task's piece (``write_piece_task``); yields one result a task, in task order.
 PieceRunner = Callable[[Sequence[PieceTask]], Iterable[ManifestRef | None]]
 
 
@@ -583,17 +586,31 @@ def _local_runner(storage: Storage, pool: Executor) -> PieceRunner:
     return run
 
 
-def _run_piece_tasks(
+def _write_staged_pieces(
     runner: PieceRunner,
-    planned: tuple[list[ManifestRef], list[PieceTask]],
+    base: SnapshotView,
+    changes: ChangeSet,
+    arrays: Mapping[int, Node],
+    splits: Mapping[int, SplitSpec],
     written: list[str],
     progress: Progress | None,
-) -> list[ManifestRef]:
-    kept, tasks = planned
-    stage = f"writing manifests of {tasks[0].path}" if tasks else "writing manifests"
-    new = [r for r in track(progress, stage, runner(tasks), len(tasks)) if r is not None]
-    written.extend(manifest_key(r.manifest_id) for r in new)
-    return sorted([*kept, *new], key=lambda m: m.extent)
+) -> dict[int, list[ManifestRef]]:
+    """The manifests of every split array with staged refs: kept pieces plus rewritten ones.
+
+    All arrays' pieces go to the runner at once, so a Spark job runs them side by side.
+    """
+    kept: dict[int, list[ManifestRef]] = {}
+    tasks: list[PieceTask] = []
+    for node_id, spec in splits.items():
+        kept[node_id], todo = _staged_piece_tasks(base, changes, arrays[node_id], spec)
+        tasks += todo
+    out = {node_id: list(refs) for node_id, refs in kept.items()}
+    done = track(progress, "writing manifest pieces", runner(tasks), len(tasks))
+    for task, ref in zip(tasks, done, strict=True):
+        if ref is not None:
+            out[task.node_id].append(ref)
+            written.append(manifest_key(ref.manifest_id))
+    return {node_id: sorted(refs, key=lambda m: m.extent) for node_id, refs in out.items()}
 
 
 class _StagedReader:

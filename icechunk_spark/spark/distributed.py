@@ -184,12 +184,17 @@ def spark_piece_runner(spark: SparkSession, plan: WritePlan) -> PieceRunner:
         def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             storage = plan.repo.storage()
             for batch in batches:
-                for blob in batch.column("task").to_pylist():
+                for i, blob in zip(
+                    batch.column("i").to_pylist(), batch.column("task").to_pylist(), strict=True
+                ):
                     ref = write_piece_task(storage, pickle.loads(blob))
-                    yield pa.RecordBatch.from_pydict({"manifest": [pickle.dumps(ref)]})
+                    yield pa.RecordBatch.from_pydict({"i": [i], "manifest": [pickle.dumps(ref)]})
 
-        blobs = spark.createDataFrame([(pickle.dumps(t),) for t in tasks], "task binary")
-        rows = blobs.repartition(len(tasks)).mapInArrow(write, "manifest binary").collect()
+        blobs = spark.createDataFrame(
+            [(i, pickle.dumps(t)) for i, t in enumerate(tasks)], "i long, task binary"
+        )
+        written = blobs.repartition(len(tasks)).mapInArrow(write, "i long, manifest binary")
+        rows = sorted(written.collect(), key=lambda r: r["i"])  # the runner keeps task order
         return [pickle.loads(r["manifest"]) for r in rows]
 
     return run
