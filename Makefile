@@ -8,6 +8,8 @@ STAMP := $(VENV)/.installed
 # of its own when such an interpreter exists (pyenv's, or python3.12 on PATH).
 PY312 ?= $(shell command -v python3.12 2>/dev/null || ls -d $$(pyenv root 2>/dev/null)/versions/3.12*/bin/python 2>/dev/null | tail -n 1)
 ICECHUNK_VENV := bench/.venv312
+# Pinned so side-by-side figures compare against a known release (the benchmarks print it).
+ICECHUNK_VERSION := 2.3.0
 
 # Azurite, the Azure Storage emulator the tests start, comes from npm into .emulators/ (never
 # committed) when node is on PATH; without node the Azure tests skip and say why. 3.35 is the
@@ -42,7 +44,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 $(ICECHUNK_VENV)/bin/python:
-	@if [ -n "$(PY312)" ]; then $(PY312) -m venv $(ICECHUNK_VENV) && $(ICECHUNK_VENV)/bin/python -m pip install --quiet icechunk numpy; \
+	@if [ -n "$(PY312)" ]; then $(PY312) -m venv $(ICECHUNK_VENV) && $(ICECHUNK_VENV)/bin/python -m pip install --quiet icechunk==$(ICECHUNK_VERSION) numpy; \
 	else echo "no Python 3.12: benchmarks run without the Icechunk column"; fi
 
 # The main jobs on local files: a computed datacube and a virtual dataset of sample NetCDF

@@ -170,7 +170,7 @@ def check(url: str, refs: int) -> None:
 # -- Icechunk side (runs in bench/.venv312: Icechunk needs Python >= 3.12) -----------------
 
 
-def icechunk_side(refs: int, arrays: int) -> dict[str, float]:
+def icechunk_side(refs: int, arrays: int) -> dict[str, Any]:
     import icechunk as ic
     import numpy as np
     import zarr
@@ -219,15 +219,16 @@ def icechunk_side(refs: int, arrays: int) -> dict[str, float]:
     session.commit("bench")
     seconds = time.perf_counter() - start
     shutil.rmtree(path, ignore_errors=True)
-    return {"write_s": seconds}
+    return {"write_s": seconds, "version": ic.__version__}
 
 
-def run_icechunk(refs: int, arrays: int) -> str | float:
+def run_icechunk(refs: int, arrays: int) -> tuple[str, str | float]:
+    """(Icechunk's version, its write seconds or why there are none)."""
     try:
         import icechunk  # noqa: F401
     except ImportError:
         if not ICECHUNK_PYTHON.exists():
-            return "not installed"
+            return "-", "not installed"
         done = subprocess.run(
             [
                 str(ICECHUNK_PYTHON),
@@ -242,9 +243,11 @@ def run_icechunk(refs: int, arrays: int) -> str | float:
             text=True,
         )
         if done.returncode != 0:
-            return f"failed: {done.stderr.strip().splitlines()[-1:]}"
-        return float(json.loads(done.stdout.strip().splitlines()[-1])["write_s"])
-    return icechunk_side(refs, arrays)["write_s"]
+            return "-", f"failed: {done.stderr.strip().splitlines()[-1:]}"
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        return str(result["version"]), float(result["write_s"])
+    result = icechunk_side(refs, arrays)
+    return str(result["version"]), float(result["write_s"])
 
 
 def main() -> None:
@@ -287,13 +290,13 @@ def run(args: argparse.Namespace) -> None:
         url = url or written
         memory[name] = tree.peaks_mb
         rows.append([f"write: {name}", refs, seconds, refs / seconds])
-    icechunk = "skipped" if args.skip_icechunk else run_icechunk(refs, arrays)
+    # Both sides generate their refs inside the timer: Spark in its tasks, Icechunk in numpy.
+    version, icechunk = ("-", "skipped") if args.skip_icechunk else run_icechunk(refs, arrays)
+    name = f"write: Icechunk {version} set_virtual_refs_arr + commit"
     if isinstance(icechunk, float):
-        rows.append(
-            ["write: Icechunk set_virtual_refs_arr + commit", refs, icechunk, refs / icechunk]
-        )
+        rows.append([name, refs, icechunk, refs / icechunk])
     else:
-        rows.append(["write: Icechunk", refs, icechunk, "-"])
+        rows.append([name, refs, icechunk, "-"])
     if not args.skip_read:
         count_with_spark(spark, url)  # warm the Python workers once
         seconds, n = count_with_spark(spark, url)
