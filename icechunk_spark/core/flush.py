@@ -110,10 +110,11 @@ def build_snapshot(
         storage, pool, plan.new_manifests, arrays, base, merged, staged_reader, written, progress
     )
     staged_splits = {i: spec for i, spec in splits.items() if i in changes.staged}
-    runner = piece_runner or _local_runner(storage, pool)
-    new_refs |= _write_staged_pieces(
-        runner, base, changes, arrays, staged_splits, written, progress
-    )
+    if staged_splits:
+        runner = piece_runner or _local_runner(storage, pool)
+        new_refs |= _write_staged_pieces(
+            runner, base, changes, arrays, staged_splits, written, progress
+        )
     for node_id, spec in splits.items():
         if node_id in staged_splits:
             continue
