@@ -34,9 +34,13 @@ LAYERS = {
     "cli": 7,
     "": 7,  # the package root re-exports the public API
 }
-# The one upward import: Session.store hands the session to the zarr store class, imported
-# when called (DESIGN.md §1), so importing the core never imports zarr.
-ALLOWED_UPWARD = {("icechunk_spark.core.session", "icechunk_spark.zarr_store")}
+# The one upward import: Session.store (and ForkSession.store, a fork's) hands the session to
+# the zarr store class, imported when called (DESIGN.md §1), so importing the core never
+# imports zarr.
+ALLOWED_UPWARD = {
+    ("icechunk_spark.core.session", "icechunk_spark.zarr_store"),
+    ("icechunk_spark.core.forks", "icechunk_spark.zarr_store"),
+}
 
 
 def module_name(path: Path) -> str:
