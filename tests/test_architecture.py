@@ -27,6 +27,7 @@ LAYERS = {
     "core": 4,
     "ops": 4,  # maintenance beside the engine: it never imports core.repository at runtime
     "zarr_store": 5,
+    "xarray": 5,  # to_repository: xarray datasets through forks (beside the zarr store)
     "inventory": 5,
     "virtual": 5,
     "testing": 5,

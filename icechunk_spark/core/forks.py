@@ -481,8 +481,8 @@ def merge_forks(
         nodes = {n.id: n for n in current_nodes(base, changes).values()}
         written = [_written_arrays(fork, base, nodes) for fork in forks]
         _check_overlaps(forks, written, changes)
+        _apply(forks, changes, stats, nodes)
         for fork in forks:
-            _apply(fork, changes, stats, nodes)
             ledger.merged |= fork._carried | {fork._writer}
 
 
@@ -622,16 +622,21 @@ def _written_since_fork(
 
 
 def _apply(
-    fork: ForkSession, changes: ChangeSet, stats: StatsLog, nodes: Mapping[int, Node]
+    forks: Sequence[ForkSession], changes: ChangeSet, stats: StatsLog, nodes: Mapping[int, Node]
 ) -> None:
-    own = fork._changes
-    with own.lock:
-        for node_id, written in own.chunks.items():
-            if len(written):
-                target = changes.array_changes(nodes[node_id])
-                for layer in written.layers(node_id):
-                    target.add_table(layer)
-    stats.extend(fork._stats)
+    """Add the forks' writes to ``changes``: one layer per array for all the forks together
+    (they are disjoint, checked), so a thousand forks do not make a thousand layers."""
+    layers: dict[int, list[pa.Table]] = {}
+    for fork in forks:
+        own = fork._changes
+        with own.lock:
+            for node_id, written in own.chunks.items():
+                if len(written):
+                    layers.setdefault(node_id, []).extend(written.layers(node_id))
+        stats.extend(fork._stats)
+    for node_id, tables in layers.items():
+        combined = pa.concat_tables(tables, promote_options="permissive")
+        changes.array_changes(nodes[node_id]).add_table(combined)
 
 
 # -- implicit forks that never came back ----------------------------------------------------
