@@ -21,6 +21,7 @@ from icechunk_spark import (
     ConflictError,
     ForkConflictError,
     ForkError,
+    ForkSession,
     InvalidInputError,
     Repository,
 )
@@ -419,6 +420,10 @@ def test_writes_through_a_pickled_store_that_never_come_back_stop_the_commit(pro
         session.commit("would silently drop the worker's write")
     assert "to_repository" in str(caught.value)
     assert repo.lookup_branch("main") == tip
+    # The marker is garbage once older than GC's cut-off, like any abandoned staging area.
+    summary = repo.garbage_collect(cutoff_after_writes(process_backend))
+    assert summary.staging_files_deleted == 1
+    assert summary.chunks_deleted == 2  # the lost write's chunk file and the session's own
 
 
 def test_a_pickled_writable_store_that_only_reads_does_not_stop_the_commit(backend):
@@ -449,3 +454,24 @@ def test_merge_refuses_non_forks():
     session = repo.writable_session()
     with pytest.raises(InvalidInputError, match="fork"):
         session.merge(repo.writable_session())  # type: ignore[arg-type]
+
+
+def test_sessions_pickle_read_only_as_their_snapshot_and_writable_as_a_fork(backend):
+    repo = _repo(backend)
+    reader = repo.readonly_session()
+    copy = pickle.loads(pickle.dumps(reader))
+    assert copy.read_only and copy.snapshot_id == reader.snapshot_id
+    assert copy.get_chunk("/a", (0,)) == chunk("base-0")
+    writer = repo.writable_session()
+    writer.set_chunk("/a", (2,), chunk("uncommitted"))
+    fork = pickle.loads(pickle.dumps(writer))
+    assert isinstance(fork, ForkSession)
+    assert fork.get_chunk("/a", (2,)) == chunk("uncommitted")
+    fork.set_chunk("/a", (3,), chunk("through the pickled session"))
+    writer.merge(fork)
+    writer.commit("both")
+    assert _read(repo) == {
+        0: chunk("base-0"),
+        2: chunk("uncommitted"),
+        3: chunk("through the pickled session"),
+    }
