@@ -15,12 +15,17 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import xarray as xr
 import zarr
 from xarray.tests.conftest import time_unit, use_dask  # noqa: F401  (fixtures its tests take)
 from xarray.tests.test_backends import ZarrBase
 
 from icechunk_spark import Repository
 from icechunk_spark.zarr_store import IcechunkStore
+
+# Importing xarray.tests turns on xarray's warning for unclosed files for the whole process;
+# keep it to this module's tests (``_warn_for_unclosed_files``), not every test after it.
+xr.set_options(warn_for_unclosed_files=False)
 
 # xarray's suite runs with only xarray's own warnings as errors; zarr's warnings about data
 # types and consolidated metadata without a v3 spec are expected there.
@@ -34,6 +39,12 @@ pytestmark = pytest.mark.filterwarnings(
 def default_zarr_format() -> Iterator[None]:
     """xarray's fixture runs Zarr formats 2 and 3; repositories hold Zarr v3 only."""
     with zarr.config.set(default_zarr_format=3):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _warn_for_unclosed_files() -> Iterator[None]:
+    with xr.set_options(warn_for_unclosed_files=True):
         yield
 
 
