@@ -67,6 +67,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_engine.py
 	$(BIN)/python bench/bench_splitting.py
 	$(BIN)/python bench/bench_zarr.py
+	$(BIN)/python bench/bench_dask_write.py
 	$(BIN)/python bench/bench_virtual.py --icechunk
 	$(BIN)/python bench/bench_spark.py
 

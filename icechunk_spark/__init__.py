@@ -9,6 +9,7 @@ Every error is a subclass of ``IcechunkSparkError`` (the tree is in ``errors``).
 from .core.changes import ChangeSummary
 from .core.config import RepositoryConfig
 from .core.conflicts import ConflictPolicy
+from .core.forks import ForkSession
 from .core.repository import Repository
 from .core.session import Session
 from .errors import (
@@ -17,6 +18,8 @@ from .errors import (
     ConfigError,
     Conflict,
     ConflictError,
+    ForkConflictError,
+    ForkError,
     FormatError,
     IcechunkSparkError,
     InvalidInputError,
@@ -44,6 +47,9 @@ __all__ = [
     "Conflict",
     "ConflictError",
     "ConflictPolicy",
+    "ForkConflictError",
+    "ForkError",
+    "ForkSession",
     "FormatError",
     "IcechunkSparkError",
     "InvalidInputError",

@@ -10,7 +10,9 @@
     ├── AlreadyExistsError       a repository, tag, branch or node of that name exists already
     ├── InvalidInputError(ValueError)  the caller passed something we cannot accept
     │   ├── ConfigError          a configuration file or value is invalid (names the YAML path)
-    │   └── VirtualRefRefusedError  a virtual ref outside the containers, or not authorized
+    │   ├── VirtualRefRefusedError  a virtual ref outside the containers, or not authorized
+    │   └── ForkError            a fork used or merged against its rules (says which, and why)
+    │       └── ForkConflictError  two forks (or a fork and its session) wrote the same chunk
     ├── SourceChangedError       a virtual ref's target changed since the ref was written
     ├── ReadOnlyError            a write on a read-only session or store
     │   ├── ReadOnlyStoreError   the same through the zarr store (also zarr's ValueError)
@@ -85,6 +87,38 @@ class VirtualRangeError(StorageError):
 
 class VirtualRefRefusedError(InvalidInputError):
     """A virtual ref points outside the allowed containers, or its container is not authorized."""
+
+
+class ForkError(InvalidInputError):
+    """A fork was used or merged against the rules of ``docs/forks.md``.
+
+    The message says which rule: a fork merged already or into another session, a fork that
+    tried to commit or change a node, a ``memory://`` repository reached from another process,
+    or writes through pickled stores that never came back to be merged.
+    """
+
+
+class ForkConflictError(ForkError):
+    """Two forks, or a fork and its session after the fork was made, wrote the same chunk.
+
+    ``chunks`` lists ``(array path, chunk coord)`` of each such chunk. Nothing of the refused
+    merge was applied: merge the forks that do not overlap, or redo the overlapping writes.
+    """
+
+    def __init__(self, chunks: Sequence[tuple[str, tuple[int, ...]]], detail: str) -> None:
+        self.chunks = tuple(chunks)
+        self.detail = detail
+        shown = ", ".join(f"{path!r} {coord}" for path, coord in self.chunks[:5])
+        more = f" and {len(self.chunks) - 5} more" if len(self.chunks) > 5 else ""
+        super().__init__(
+            f"{detail}: chunk {shown}{more}. Nothing was merged; merge the forks that do not "
+            "overlap, or write each chunk from one fork only"
+        )
+
+    def __reduce__(
+        self,
+    ) -> tuple[type[ForkConflictError], tuple[tuple[tuple[str, tuple[int, ...]], ...], str]]:
+        return (ForkConflictError, (self.chunks, self.detail))
 
 
 class SourceChangedError(IcechunkSparkError):
@@ -213,6 +247,8 @@ __all__ = [
     "ConfigError",
     "Conflict",
     "ConflictError",
+    "ForkConflictError",
+    "ForkError",
     "FormatError",
     "IcechunkSparkError",
     "InvalidInputError",

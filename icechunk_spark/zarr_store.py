@@ -25,7 +25,7 @@ import threading
 import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 from zarr.abc.store import (
@@ -48,8 +48,12 @@ from .format.paths import normalize_path
 from .format.structure import ArrayMeta, Node, make_node
 
 if TYPE_CHECKING:
+    from .core.forks import ForkSession
     from .core.repository import Repository
     from .core.session import Session
+
+    # A session, or a fork of one (core/forks.py): both read and write chunks the same way.
+    AnySession: TypeAlias = Session | ForkSession
 
 METADATA_KEY = "zarr.json"
 _V2_METADATA = frozenset({".zgroup", ".zarray", ".zattrs", ".zmetadata"})
@@ -75,9 +79,11 @@ class ChunkKey:
 class IcechunkStore(Store):
     """A ``zarr.abc.store.Store`` over one session: reads its snapshot, writes its change set.
 
-    Get one from ``session.store``. Writes need a writable session and are published by
-    ``session.commit``. Read-only stores pickle (as their repository and snapshot id);
-    writable ones do not, because their uncommitted changes live only in this process.
+    Get one from ``session.store`` (or ``fork.store``). Writes need a writable session and are
+    published by ``session.commit``. A store over a read-only session pickles as its
+    repository and snapshot id; one over a writable session pickles as a store over a new fork
+    of it (``Session.fork``), which sees the session's changes and whose writes must come back
+    to be merged (``session.merge``), or the session's commit stops and says so.
 
     Raises:
         ReadOnlyStoreError: a write through a read-only store, or ``read_only=False`` over a
@@ -90,7 +96,7 @@ class IcechunkStore(Store):
     supports_deletes: bool = True
     supports_listing: bool = True
 
-    def __init__(self, session: Session, *, read_only: bool | None = None) -> None:
+    def __init__(self, session: AnySession, *, read_only: bool | None = None) -> None:
         if read_only is None:
             read_only = session.read_only
         if not read_only and session.read_only:
@@ -99,8 +105,8 @@ class IcechunkStore(Store):
         self._session = session
 
     @property
-    def session(self) -> Session:
-        """The session this store reads and writes."""
+    def session(self) -> AnySession:
+        """The session (or fork) this store reads and writes."""
         return self._session
 
     @property
@@ -135,13 +141,10 @@ class IcechunkStore(Store):
 
     def __reduce__(self) -> tuple[Any, ...]:
         session = self.session
-        if not session.read_only:
-            raise InvalidInputError(
-                "a store over a writable session cannot be pickled: its uncommitted changes live "
-                "only in this process. Commit, then pickle "
-                "repo.readonly_session(snapshot_id=...).store"
-            )
-        return (_open_snapshot_store, (session.repository, session.snapshot_id))
+        if session.read_only:
+            return (_open_snapshot_store, (session.repository, session.snapshot_id))
+        # Pickling a writable session makes a fork of it; a fork pickles as itself.
+        return (_store_over, (session, self._read_only))
 
     # -- reading --------------------------------------------------------------------------
     async def get(
@@ -273,6 +276,11 @@ def _open_snapshot_store(repo: Repository, snapshot_id: str) -> IcechunkStore:
     return IcechunkStore(repo.readonly_session(snapshot_id=snapshot_id))
 
 
+def _store_over(session: AnySession, read_only: bool) -> IcechunkStore:
+    """Unpickling a store over a writable session: the same store over a fork of it."""
+    return IcechunkStore(session, read_only=read_only)
+
+
 # -- keys ---------------------------------------------------------------------------------
 def node_dir(path: str) -> str:
     """The key prefix of the node at ``path``: ``''`` for the root, ``'a/b/'`` for ``/a/b``."""
@@ -312,7 +320,7 @@ def decode_chunk_key(meta: ArrayMeta, relative: str) -> tuple[int, ...] | None:
     return coord if encode_chunk_key(meta, coord) == relative else None
 
 
-def _resolve(session: Session, key: str) -> MetadataKey | ChunkKey:
+def _resolve(session: AnySession, key: str) -> MetadataKey | ChunkKey:
     """What ``key`` names. Raises ``InvalidInputError`` when it cannot hold a value."""
     segments = key.split("/")
     if not key or "" in segments:
@@ -350,7 +358,7 @@ def _resolve(session: Session, key: str) -> MetadataKey | ChunkKey:
     )
 
 
-def _resolve_or_none(session: Session, key: str) -> MetadataKey | ChunkKey | None:
+def _resolve_or_none(session: AnySession, key: str) -> MetadataKey | ChunkKey | None:
     try:
         return _resolve(session, key)
     except InvalidInputError:
@@ -393,7 +401,7 @@ def _byte_bounds(byte_range: ByteRequest | None, length: int) -> tuple[int, int]
     return 0, length
 
 
-def _set_metadata(session: Session, path: str, data: bytes) -> None:
+def _set_metadata(session: AnySession, path: str, data: bytes) -> None:
     existing = session.find_node(path)
     if existing is not None and existing.zarr_json == data:
         return  # zarr rewrites unchanged metadata often; keep the change set (and conflicts) small
@@ -404,14 +412,14 @@ def _set_metadata(session: Session, path: str, data: bytes) -> None:
     session.set_node_metadata(path, data)
 
 
-def _chunk_ref_or_none(session: Session, key: ChunkKey) -> ChunkRef | None:
+def _chunk_ref_or_none(session: AnySession, key: ChunkKey) -> ChunkRef | None:
     try:
         return session.get_chunk_ref(key.path, key.coord)
     except (NotFoundError, InvalidInputError):
         return None  # array gone, or the coord left its (shrunk) grid
 
 
-async def _read_ref(session: Session, ref: ChunkRef, byte_range: ByteRequest | None) -> bytes:
+async def _read_ref(session: AnySession, ref: ChunkRef, byte_range: ByteRequest | None) -> bytes:
     # One lookup serves both the length (for suffix ranges) and the read.
     start, end = _byte_bounds(byte_range, ref.length)
     if ref.kind == "inline":
@@ -427,24 +435,24 @@ async def _read_ref(session: Session, ref: ChunkRef, byte_range: ByteRequest | N
     return await asyncio.to_thread(session.repository.read_ref, ref, (start, end))
 
 
-def _delete_chunk(session: Session, key: ChunkKey) -> None:
+def _delete_chunk(session: AnySession, key: ChunkKey) -> None:
     # A chunk never written needs no tombstone: zarr deletes fill-value chunks it never wrote.
     if _chunk_ref_or_none(session, key) is not None:
         session.delete_chunk(key.path, key.coord)
 
 
-_session_locks: weakref.WeakKeyDictionary[Session, threading.Lock] = weakref.WeakKeyDictionary()
+_session_locks: weakref.WeakKeyDictionary[AnySession, threading.Lock] = weakref.WeakKeyDictionary()
 _session_locks_guard = threading.Lock()
 
 
-def _session_lock(session: Session) -> threading.Lock:
+def _session_lock(session: AnySession) -> threading.Lock:
     """One lock per session, shared by every store over it (``session.store`` makes new ones)."""
     with _session_locks_guard:
         return _session_locks.setdefault(session, threading.Lock())
 
 
 # -- listing ------------------------------------------------------------------------------
-def _chunk_keys(session: Session, node: Node) -> Iterator[tuple[str, tuple[int, ...]]]:
+def _chunk_keys(session: AnySession, node: Node) -> Iterator[tuple[str, tuple[int, ...]]]:
     """(key, coord) of every chunk the array holds inside its current chunk grid."""
     assert node.meta is not None
     if node.meta.ndim == 0:  # chunk_coords cannot decode 0-d coords yet (format.coords)
@@ -458,7 +466,7 @@ def _chunk_keys(session: Session, node: Node) -> Iterator[tuple[str, tuple[int, 
         yield prefix + encode_chunk_key(node.meta, coord), tuple(coord)
 
 
-def _iter_keys(session: Session, prefix: str) -> Iterator[str]:
+def _iter_keys(session: AnySession, prefix: str) -> Iterator[str]:
     """Every key starting with ``prefix``: metadata keys first (cheap), then chunk keys."""
     nodes = session.list_nodes()
     for node in nodes:
@@ -473,11 +481,11 @@ def _iter_keys(session: Session, prefix: str) -> Iterator[str]:
                     yield key
 
 
-def _list_prefix(session: Session, prefix: str) -> list[str]:
+def _list_prefix(session: AnySession, prefix: str) -> list[str]:
     return list(_iter_keys(session, prefix))
 
 
-def _list_dir(session: Session, prefix: str) -> list[str]:
+def _list_dir(session: AnySession, prefix: str) -> list[str]:
     """Names one level below ``prefix``, as zarr's MemoryStore lists them."""
     prefix = prefix.rstrip("/")
     under = prefix + "/" if prefix else ""
@@ -497,7 +505,7 @@ def _list_dir(session: Session, prefix: str) -> list[str]:
     return sorted(names)
 
 
-def _delete_prefix(session: Session, prefix: str) -> None:
+def _delete_prefix(session: AnySession, prefix: str) -> None:
     for node in session.list_nodes():
         here = node_dir(node.path)
         if here.startswith(prefix):  # the node's zarr.json and chunks all lie under the prefix

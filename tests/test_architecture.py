@@ -27,6 +27,7 @@ LAYERS = {
     "core": 4,
     "ops": 4,  # maintenance beside the engine: it never imports core.repository at runtime
     "zarr_store": 5,
+    "xarray": 5,  # to_repository: xarray datasets through forks (beside the zarr store)
     "inventory": 5,
     "virtual": 5,
     "testing": 5,
@@ -34,9 +35,13 @@ LAYERS = {
     "cli": 7,
     "": 7,  # the package root re-exports the public API
 }
-# The one upward import: Session.store hands the session to the zarr store class, imported
-# when called (DESIGN.md §1), so importing the core never imports zarr.
-ALLOWED_UPWARD = {("icechunk_spark.core.session", "icechunk_spark.zarr_store")}
+# The one upward import: Session.store (and ForkSession.store, a fork's) hands the session to
+# the zarr store class, imported when called (DESIGN.md §1), so importing the core never
+# imports zarr.
+ALLOWED_UPWARD = {
+    ("icechunk_spark.core.session", "icechunk_spark.zarr_store"),
+    ("icechunk_spark.core.forks", "icechunk_spark.zarr_store"),
+}
 
 
 def module_name(path: Path) -> str:

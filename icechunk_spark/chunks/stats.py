@@ -106,6 +106,25 @@ class StatsLog:
         with self._lock:
             self._rows.setdefault(node_id, []).append((coord, chunk_id, inline, stats))
 
+    def extend(self, other: StatsLog) -> None:
+        """Add every row of ``other`` (a fork's statistics, merged into its session's)."""
+        with other._lock:
+            rows = {node: list(r) for node, r in other._rows.items()}
+        with self._lock:
+            for node, node_rows in rows.items():
+                self._rows.setdefault(node, []).extend(node_rows)
+
+    def __getstate__(self) -> dict[int, list[tuple[bytes, str | None, bytes | None, ChunkStats]]]:
+        # A fork's statistics travel with it to other processes; a lock does not pickle.
+        with self._lock:
+            return {node: list(rows) for node, rows in self._rows.items()}
+
+    def __setstate__(
+        self, rows: dict[int, list[tuple[bytes, str | None, bytes | None, ChunkStats]]]
+    ) -> None:
+        self._rows = rows
+        self._lock = threading.Lock()
+
     def rename_chunks(self, renamed: dict[str, str]) -> None:
         """Follow chunk files copied to new ids (see ``ChangeSet.rename_chunks``)."""
         with self._lock:

@@ -7,9 +7,10 @@ order of writes is kept without a Python object per chunk on the bulk path.
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import pyarrow as pa
@@ -121,6 +122,10 @@ class ArrayChanges:
 
     def __len__(self) -> int:
         return sum(int(t.num_rows) for t in self.tables) + len(self.pending)
+
+    def copy(self) -> ArrayChanges:
+        """An independent copy (Arrow tables are immutable, so they are shared)."""
+        return ArrayChanges(self.node_id, self.ndim, list(self.tables), dict(self.pending))
 
 
 def _rename_chunk_column(table: pa.Table, renamed: dict[str, str]) -> pa.Table:
@@ -255,6 +260,28 @@ class ChangeSet:
         if self.created.pop(node.path, None) is None:
             assert base is not None
             self.deleted[node.path] = base
+
+    def copy(self) -> ChangeSet:
+        """An independent copy, for a fork to read the changes its session had made.
+
+        Copies every field, so fields added later are carried too (containers one level deep:
+        their values, nodes and refs, are immutable).
+        """
+        with self.lock:
+            values = {
+                f.name: copy.copy(getattr(self, f.name)) for f in fields(self) if f.name != "lock"
+            }
+            values["chunks"] = {i: c.copy() for i, c in self.chunks.items()}
+        return ChangeSet(**values)
+
+    def __getstate__(self) -> dict[str, object]:
+        # Forks travel to other processes with their change sets; a lock does not pickle.
+        with self.lock:
+            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lock"}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.RLock()
 
     def summary(self, paths: Mapping[int, str]) -> ChangeSummary:
         """The summary of these changes; ``paths`` maps node ids to current paths."""

@@ -29,6 +29,7 @@ from .commit import Commit
 from .config import RepositoryConfig
 from .conflicts import ConflictPolicy, OnConflict
 from .flush import PieceRunner, current_nodes
+from .forks import ForkLedger, ForkSession, check_forks_merged, make_fork, merge_forks
 from .node_docs import array_doc, group_doc, grown_doc
 from .ref_tables import check_coord, ref_table
 from .snapshot import ChunkRef, SnapshotView
@@ -73,6 +74,7 @@ class Session:
         # it (repack_manifests); None: the repository's, unchanged.
         self._manifest_config: ManifestConfig | None = None
         self._config_change: Callable[[RepositoryConfig], RepositoryConfig] | None = None
+        self._fork_ledger = ForkLedger()  # the forks of this change set (core/forks.py)
 
     # -- identity -------------------------------------------------------------------------
     @property
@@ -426,9 +428,11 @@ class Session:
             return self._changes.summary({n.id: p for p, n in nodes.items()})
 
     def discard_changes(self) -> None:
-        """Forget every uncommitted change (chunk files already written become garbage)."""
+        """Forget every uncommitted change (chunk files already written become garbage), and
+        disown the forks made so far: they cannot be merged any more."""
         self._changes = ChangeSet()
         self._stats = StatsLog()
+        self._fork_ledger = ForkLedger()
 
     def commit(
         self,
@@ -465,9 +469,12 @@ class Session:
             CommitStateUnknownError: storage could not say whether the commit landed.
             StaleSessionError: garbage collection deleted objects this session wrote.
             RetriesExhaustedError: the branch kept moving; nothing was committed.
+            ForkError: a fork made by pickling this session or its store wrote chunks that
+                were never merged (see ``fork``).
         """
         self._require_writable()
         policy = ConflictPolicy.parse(on_conflict)
+        check_forks_merged(self._repo.storage, self._fork_ledger)
         if self._changes.is_empty():
             raise InvalidInputError("no changes to commit; write something first")
         assert self.branch is not None
@@ -497,6 +504,55 @@ class Session:
         self._repo.remember_view(self._base)
         return built.snapshot_id
 
+    # -- forks (core/forks.py) ------------------------------------------------------------
+    def fork(self) -> ForkSession:
+        """A writable, picklable fork, to write chunks from another thread or process.
+
+        The fork reads this session's snapshot and its changes so far, writes chunks (native,
+        inline or virtual; directly or through ``fork.store``) and travels with its writes to
+        Dask workers or a process pool and back; ``merge`` brings them in. It never commits
+        and never changes a group or array. The rules are in ``docs/forks.md``.
+
+        >>> fork = session.fork()                                        # doctest: +SKIP
+        >>> fork = executor.submit(write_block, fork, 3).result()        # doctest: +SKIP
+        >>> session.merge(fork)                                          # doctest: +SKIP
+        >>> session.commit("written in parallel")                        # doctest: +SKIP
+
+        Raises:
+            ReadOnlyError: the session is read-only or has committed already.
+        """
+        self._require_writable()
+        return make_fork(
+            self._repo, self._base, self.branch, self._changes, self._fork_ledger, implicit=False
+        )
+
+    def merge(self, *forks: ForkSession) -> None:
+        """Bring the writes of ``forks`` into this session, all of them or none.
+
+        Afterwards they are this session's own changes: ``commit`` publishes them, checking
+        them against concurrent commits and garbage collection like any other change.
+
+        Raises:
+            ForkError: a fork of another session, passed twice or merged already, made
+                before this session rebased, or writing to an array deleted or reshaped here
+                since.
+            ForkConflictError: two forks wrote the same chunk, or a fork and this session
+                (after the fork was made); names the chunks.
+            ReadOnlyError: the session is read-only or has committed already.
+        """
+        self._require_writable()
+        merge_forks(self._fork_ledger, self._base, self._changes, self._stats, forks)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A read-only session pickles as its snapshot; a writable one as a new fork (whose
+        unmerged writes stop this session's commit, see ``fork``)."""
+        if self.read_only:
+            return (_open_snapshot, (self._repo, self.snapshot_id))
+        fork = make_fork(
+            self._repo, self._base, self.branch, self._changes, self._fork_ledger, implicit=True
+        )
+        return fork.__reduce__()
+
     def _require_writable(self) -> None:
         if self._committed:
             raise ReadOnlyError("this session has committed already; open a new writable session")
@@ -508,3 +564,8 @@ class Session:
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else "writable"
         return f"<Session {mode} branch={self.branch!r} snapshot={self.snapshot_id}>"
+
+
+def _open_snapshot(repo: Repository, snapshot_id: str) -> Session:
+    """Unpickling a read-only session: the same snapshot of the (reopened) repository."""
+    return repo.readonly_session(snapshot_id=snapshot_id)

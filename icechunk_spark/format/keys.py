@@ -6,6 +6,8 @@ spells the prefixes.
     s/<id>          structure files        m/<id>  chunk manifests
     a/<id>          attribute files        c/<id>  chunk files
     x/<id>          transaction logs       staging/  write areas of Spark jobs (never reachable)
+    staging/forks/<session>/<writer>   marks a fork made by pickling a writable session that
+                    wrote (never reachable: GC deletes it after the cut-off, like all staging/)
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ ATTRIBUTES_PREFIX = "a/"
 CHUNKS_PREFIX = "c/"
 TXLOGS_PREFIX = "x/"
 STAGING_PREFIX = "staging/"
+FORK_MARKERS_PREFIX = f"{STAGING_PREFIX}forks/"
 
 
 def state_key(generation: int) -> str:
@@ -48,3 +51,11 @@ def object_id(key: str, prefix: str) -> str:
     """The id part of ``key`` (``m/abc`` -> ``abc``), which must start with ``prefix``."""
     assert key.startswith(prefix), (key, prefix)
     return key[len(prefix) :]
+
+
+def fork_markers_prefix(session_token: str) -> str:
+    return f"{FORK_MARKERS_PREFIX}{session_token}/"
+
+
+def fork_marker_key(session_token: str, writer_id: str) -> str:
+    return f"{fork_markers_prefix(session_token)}{writer_id}"

@@ -21,7 +21,7 @@ from zarr.core.sync import _collect_aiterator, sync
 from zarr.testing.store import StoreTests
 from zarr.testing.utils import assert_bytes_equal
 
-from icechunk_spark import InvalidInputError, ReadOnlyError, Repository, Session
+from icechunk_spark import ReadOnlyError, Repository, Session
 from icechunk_spark.errors import ReadOnlyStoreError
 from icechunk_spark.zarr_store import IcechunkStore
 from tests.support.helpers import create_repo
@@ -226,10 +226,21 @@ class TestWritableStore(_IcechunkStoreTests):
         await store._set_many((k, buf(v)) for k, v in items.items())
 
     async def test_serializable_store(self, store: IcechunkStore) -> None:
-        """Changed: a writable store refuses pickling (its changes live only in this process);
-        the read-only store runs the round trip."""
-        with pytest.raises(InvalidInputError, match="cannot be pickled"):
-            pickle.dumps(store)
+        """Changed: a writable store pickles as a store over a fork of its session. The copy
+        reads what the store held and writes on its own until its session merges it, so it is
+        a different store (not ``==``); the read-only store runs the round trip unchanged."""
+        await store.set("zarr.json", buf(array_doc(1)))
+        await store.set("c/0", buf(b"\x01\x02\x03\x04"))
+        new_store = pickle.loads(pickle.dumps(store))
+        assert new_store != store
+        assert new_store.read_only == store.read_only
+        assert_bytes_equal(
+            await new_store.get("c/0", prototype=prototype), buf(b"\x01\x02\x03\x04")
+        )
+        await new_store.set("c/1", buf(b"\x05\x06\x07\x08"))
+        assert await store.get("c/1", prototype=prototype) is None
+        store.session.merge(new_store.session)
+        assert_bytes_equal(await store.get("c/1", prototype=prototype), buf(b"\x05\x06\x07\x08"))
 
     async def test_with_read_only_store(self, open_kwargs: dict[str, Any]) -> None:
         """Changed: the writer writes a real zarr.json instead of the arbitrary key 'foo'."""
