@@ -296,13 +296,18 @@ def _error(where: str, problem: str) -> ConfigError:
     return ConfigError(f"{where}: {problem}")
 
 
+# libyaml's safe loader when PyYAML has it: parsing the default config in pure Python takes
+# ~10 ms, half the budget of a cold process's first chunk lookup (bench/bench_lookup.py).
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _load(data: str | bytes | Mapping[str, Any]) -> object:
     if isinstance(data, Mapping):
         return data
     if not isinstance(data, (str, bytes)):
         raise _error(ROOT_KEY, f"expected YAML text or a mapping, got {type(data).__name__}")
     try:
-        return yaml.safe_load(data)
+        return yaml.load(data, Loader=_YAML_LOADER)  # a safe loader, C or Python
     except yaml.YAMLError as exc:
         raise _error(ROOT_KEY, f"not valid YAML: {exc}") from exc
 
