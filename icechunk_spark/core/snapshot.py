@@ -115,7 +115,7 @@ class ManifestCache:
     ) -> None:
         self._storage = storage
         self._tables: _Loads[str, pa.Table] = _Loads(max_rows, lambda t: t.num_rows)
-        self._files: _Loads[str, ManifestFile] = _Loads(max_bytes, lambda f: len(f.data))
+        self._files: _Loads[str, ManifestFile] = _Loads(max_bytes, lambda f: len(f.data or b""))
         self._groups: _Loads[tuple[str, int, int], RefIndex] = _Loads(max_rows, len)
         self.fetches = 0  # manifest objects read from storage
         self.groups_decoded = 0  # row groups decoded for point lookups
@@ -156,7 +156,9 @@ class ManifestCache:
     def _decode(self, manifest_id: str) -> pa.Table:
         key = manifest_key(manifest_id)
         file = self._files.loaded(manifest_id)
-        data = file.data if file is not None else self._fetch(manifest_id)
+        data = file.data if file is not None and file.data is not None else None
+        if data is None:
+            data = self._fetch(manifest_id)
         return decode_manifest(data, key)
 
     def _fetch(self, manifest_id: str) -> bytes:

@@ -271,6 +271,12 @@ def row_group_bounds(metadata: pq.FileMetaData) -> list[RowGroupBounds]:
     ]
 
 
+# String columns kept dictionary-encoded when read in row groups: their values repeat (one
+# file or container path for many refs), and a reader that only tests them for null, or
+# takes one value, never pays for the strings.
+_DICTIONARIES = ["chunk_id", "virtual_path", "checksum"]
+
+
 class ManifestFile:
     """A manifest's bytes with only the footer parsed: row groups are decoded on demand.
 
@@ -279,9 +285,17 @@ class ManifestFile:
     manifests of any row-group size read the same way, only slower when the groups are big.
     """
 
-    def __init__(self, data: bytes, name: str) -> None:
+    def __init__(self, source: bytes | pq.ParquetFile, name: str) -> None:
+        """``source``: the manifest's bytes, or a Parquet file opened over ranged reads."""
+        data = source if isinstance(source, bytes) else None
         try:
-            self._parquet = pq.ParquetFile(pa.BufferReader(data), pre_buffer=False)
+            self._parquet = (
+                pq.ParquetFile(
+                    pa.BufferReader(source), pre_buffer=False, read_dictionary=_DICTIONARIES
+                )
+                if isinstance(source, bytes)
+                else source
+            )
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise FormatError(
                 f"{name!r} is not a readable Parquet file (corrupt or truncated): {exc}"
@@ -291,15 +305,24 @@ class ManifestFile:
         if missing:
             raise FormatError(f"{name!r} lacks the columns {missing}; it is not a manifest")
         self.name = name
-        self.data = data
+        self.data = data  # None when read through a file
         self.columns: tuple[str, ...] = tuple(names)
         self.groups = row_group_bounds(self._parquet.metadata)
+        self._bounds: dict[str, list[ColumnBounds]] = {}
         # pyarrow's ParquetFile is not documented as safe for concurrent reads.
         self._lock = threading.Lock()
 
     @property
     def metadata(self) -> pq.FileMetaData:
         return self._parquet.metadata
+
+    def bounds(self, column: str) -> list[ColumnBounds]:
+        """Per row group, the statistics of ``column`` (all unknown if there is no such column)."""
+        with self._lock:
+            found = self._bounds.get(column)
+            if found is None:
+                found = self._bounds[column] = column_bounds(self._parquet.metadata, column)
+        return found
 
     def groups_holding(self, array_id: int, coord: bytes) -> list[int]:
         """Row groups that may hold the ref of ``coord`` in array ``array_id``."""
