@@ -239,8 +239,6 @@ __all__ = [
     "ManifestPart",
     "ScanArray",
     "StatBound",
-    "object_size",  # re-exported: spark/distributed.py imports them from here
-    "open_parquet",
     "plan_parts",
     "read_part",
     "select_arrays",
