@@ -11,12 +11,17 @@ and lookups are binary searches.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from ..errors import FormatError
 from .coords import coord_keys
 from .parquet import parquet_to_table, table_to_parquet
 
@@ -39,7 +44,13 @@ STAT_FIELDS = [
     pa.field("stat_fill_count", pa.int64()),
 ]
 STAT_SCHEMA = pa.schema(STAT_FIELDS)
-ROW_GROUP_SIZE = 256 * 1024
+# Rows per Parquet row group. A cold point lookup decodes one row group (found by the
+# statistics of array_id and coord), so this bounds its cost: 16 Ki rows decode in ~3 ms where
+# 256 Ki took ~35 ms, for 1.5% more bytes (4.02 vs 3.96 per ref for 1 M virtual refs, the
+# footer grows 3.8 -> 46 KB). docs/format.md, "Chunk manifests", records the decision.
+ROW_GROUP_SIZE = 16 * 1024
+# Declared in the footer (Parquet sorting_columns), so any Parquet reader knows the order.
+SORTING_COLUMNS = (pq.SortingColumn(0), pq.SortingColumn(1))
 
 
 def empty_refs() -> pa.Table:
@@ -132,12 +143,13 @@ def encode_manifest(refs: pa.Table, presorted: bool = False) -> bytes:
     ``presorted``: the caller guarantees that order already (sorting a copy of millions of
     rows is the largest memory cost of a commit otherwise).
     """
-    refs = conform_refs(refs)
+    refs = with_inline_lengths(conform_refs(refs))
     if refs.num_rows > 1 and not presorted:
         refs = refs.sort_by([("array_id", "ascending"), ("coord", "ascending")])
     return table_to_parquet(
         refs,
         row_group_size=ROW_GROUP_SIZE,
+        sorting_columns=SORTING_COLUMNS,
         use_dictionary=["array_id", "chunk_id", "virtual_path", "checksum"],
         column_encoding={
             "coord": "DELTA_BYTE_ARRAY",
@@ -148,15 +160,190 @@ def encode_manifest(refs: pa.Table, presorted: bool = False) -> bytes:
 
 
 def decode_manifest(data: bytes, name: str) -> pa.Table:
-    return parquet_to_table(data, name, REF_SCHEMA)
+    """A whole manifest as a table, inline lengths filled in (see ``with_inline_lengths``)."""
+    return with_inline_lengths(parquet_to_table(data, name, REF_SCHEMA))
+
+
+def with_inline_lengths(refs: pa.Table) -> pa.Table:
+    """``refs`` with ``length`` set to the byte count of every inline ref.
+
+    Manifests record it since row groups shrank to 16 Ki rows, so a reader of lengths (the
+    Spark ``chunks`` table) never has to fetch the inline bytes; older manifests left it null,
+    and decoding fills it, so tables from old and new manifests compare equal.
+    """
+    if refs.num_rows == 0:
+        return refs
+    inline = refs.column("inline_data")
+    if inline.null_count == len(inline):
+        return refs
+    lengths = pc.if_else(
+        pc.is_valid(inline),
+        pc.cast(pc.binary_length(inline), pa.uint64()),
+        refs.column("length").cast(pa.uint64()),
+    )
+    return refs.set_column(
+        refs.schema.get_field_index("length"), REF_SCHEMA.field("length"), lengths
+    )
+
+
+def _array_ids(column: pa.ChunkedArray) -> np.ndarray:
+    """The (never null) ``array_id`` column as numpy, viewing Arrow's buffers.
+
+    Not ``to_numpy``: it imports pandas (0.3-0.6 s, most of a cold process's first lookup).
+    """
+    parts = [
+        np.frombuffer(chunk.buffers()[1], np.uint64)[chunk.offset : chunk.offset + len(chunk)]
+        for chunk in column.cast(pa.uint64()).chunks
+    ]
+    if not parts:
+        return np.zeros(0, np.uint64)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def refs_of_array(manifest: pa.Table, array_id: int) -> pa.Table:
     """The rows of one array; a binary search, since manifests are sorted by array id."""
-    ids = manifest.column("array_id")
     if manifest.num_rows == 0:
         return manifest
-    ids_np = ids.to_numpy()
+    ids_np = _array_ids(manifest.column("array_id"))
     lo = int(np.searchsorted(ids_np, array_id, side="left"))
     hi = int(np.searchsorted(ids_np, array_id, side="right"))
     return manifest.slice(lo, hi - lo)
+
+
+# -- partial reads: one row group at a time ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnBounds:
+    """A column's statistics in one row group; ``min``/``max`` are ``None`` when unrecorded."""
+
+    min: Any
+    max: Any
+    null_count: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RowGroupBounds:
+    """What one row group's statistics say about where its rows are."""
+
+    rows: int
+    array_ids: ColumnBounds
+    coords: ColumnBounds
+
+    def may_hold_array(self, array_id: int) -> bool:
+        lo, hi = self.array_ids.min, self.array_ids.max
+        return lo is None or hi is None or lo <= array_id <= hi
+
+    def may_hold(self, array_id: int, coord: bytes) -> bool:
+        """Whether the row of ``(array_id, coord)`` may be here (``False`` only when certain)."""
+        if not self.may_hold_array(array_id):
+            return False
+        if not self.array_ids.min == array_id == self.array_ids.max:
+            return True  # the coord statistics mix several arrays' coords
+        lo, hi = self.coords.min, self.coords.max
+        return lo is None or hi is None or lo <= coord <= hi
+
+
+def column_bounds(metadata: pq.FileMetaData, column: str) -> list[ColumnBounds]:
+    """Per row group, the statistics of ``column`` (unknown ones as ``None``)."""
+    index = metadata.schema.to_arrow_schema().get_field_index(column)
+    bounds = []
+    for i in range(metadata.num_row_groups):
+        stats = metadata.row_group(i).column(index).statistics if index >= 0 else None
+        if stats is None:
+            bounds.append(ColumnBounds(None, None, None))
+            continue
+        nulls = stats.null_count if stats.has_null_count else None
+        if stats.has_min_max:
+            bounds.append(ColumnBounds(stats.min, stats.max, nulls))
+        else:
+            bounds.append(ColumnBounds(None, None, nulls))
+    return bounds
+
+
+def row_group_bounds(metadata: pq.FileMetaData) -> list[RowGroupBounds]:
+    """The array and coord bounds of every row group of a manifest."""
+    ids = column_bounds(metadata, "array_id")
+    coords = column_bounds(metadata, "coord")
+    return [
+        RowGroupBounds(metadata.row_group(i).num_rows, ids[i], coords[i])
+        for i in range(metadata.num_row_groups)
+    ]
+
+
+# String columns kept dictionary-encoded when read in row groups: their values repeat (one
+# file or container path for many refs), and a reader that only tests them for null, or
+# takes one value, never pays for the strings.
+_DICTIONARIES = ["chunk_id", "virtual_path", "checksum"]
+
+
+class ManifestFile:
+    """A manifest's bytes with only the footer parsed: row groups are decoded on demand.
+
+    A point lookup decodes the one row group whose statistics may hold its coord (rows are
+    sorted by array then coord, so there is one, or two where a coord sits on a boundary);
+    manifests of any row-group size read the same way, only slower when the groups are big.
+    """
+
+    def __init__(self, source: bytes | pq.ParquetFile, name: str) -> None:
+        """``source``: the manifest's bytes, or a Parquet file opened over ranged reads."""
+        data = source if isinstance(source, bytes) else None
+        try:
+            self._parquet = (
+                pq.ParquetFile(
+                    pa.BufferReader(source), pre_buffer=False, read_dictionary=_DICTIONARIES
+                )
+                if isinstance(source, bytes)
+                else source
+            )
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise FormatError(
+                f"{name!r} is not a readable Parquet file (corrupt or truncated): {exc}"
+            ) from exc
+        names = self._parquet.schema_arrow.names
+        missing = [n for n in REF_SCHEMA.names if n not in names]
+        if missing:
+            raise FormatError(f"{name!r} lacks the columns {missing}; it is not a manifest")
+        self.name = name
+        self.data = data  # None when read through a file
+        self.columns: tuple[str, ...] = tuple(names)
+        self.groups = row_group_bounds(self._parquet.metadata)
+        self._bounds: dict[str, list[ColumnBounds]] = {}
+        # pyarrow's ParquetFile is not documented as safe for concurrent reads.
+        self._lock = threading.Lock()
+
+    @property
+    def metadata(self) -> pq.FileMetaData:
+        return self._parquet.metadata
+
+    def bounds(self, column: str) -> list[ColumnBounds]:
+        """Per row group, the statistics of ``column`` (all unknown if there is no such column)."""
+        with self._lock:
+            found = self._bounds.get(column)
+            if found is None:
+                found = self._bounds[column] = column_bounds(self._parquet.metadata, column)
+        return found
+
+    def groups_holding(self, array_id: int, coord: bytes) -> list[int]:
+        """Row groups that may hold the ref of ``coord`` in array ``array_id``."""
+        return [i for i, g in enumerate(self.groups) if g.may_hold(array_id, coord)]
+
+    def groups_of_array(self, array_id: int) -> list[int]:
+        """Row groups that may hold refs of array ``array_id``."""
+        return [i for i, g in enumerate(self.groups) if g.may_hold_array(array_id)]
+
+    def read_groups(self, groups: Sequence[int], columns: Sequence[str] | None = None) -> pa.Table:
+        """Rows of the given row groups (only ``columns`` of them, when given).
+
+        Raises:
+            FormatError: the row groups do not decode.
+        """
+        wanted = list(columns) if columns is not None else None
+        try:
+            with self._lock:
+                table = self._parquet.read_row_groups(list(groups), wanted, use_threads=False)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise FormatError(f"{self.name!r} has row groups that do not decode: {exc}") from exc
+        if {"inline_data", "length"} <= set(table.column_names):
+            table = with_inline_lengths(table)
+        return table

@@ -22,9 +22,13 @@ from pyspark.sql.datasource import (
     DataSourceReader,
     EqualTo,
     Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
     In,
     InputPartition,
     IsNotNull,
+    LessThan,
+    LessThanOrEqual,
     WriterCommitMessage,
 )
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
@@ -101,7 +105,12 @@ class _ChunksPartition(InputPartition):
 
 
 class ChunksReader(DataSourceReader):
-    """Reads refs manifest by manifest; arrays chosen by the ``arrays`` regex option."""
+    """Reads refs manifest by manifest; arrays chosen by the ``arrays`` regex option.
+
+    Only the columns of ``schema`` are built, and only the manifest columns they need are
+    read: Spark prunes no columns for Python sources, but a user may narrow the schema,
+    ``spark.read.format("icechunk").schema("array string, coord array<bigint>")``.
+    """
 
     def __init__(self, options: Any, schema: StructType) -> None:
         self._repo: RepoOptions = repo_options(options)
@@ -111,12 +120,16 @@ class ChunksReader(DataSourceReader):
             options, "rows_per_partition", scan.DEFAULT_ROWS_PER_PARTITION
         )
         self._paths: frozenset[str] | None = None
-        self._arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        self._bounds: tuple[scan.StatBound, ...] = ()
+        self._arrow_schema = checked_schema("chunks", schema)
+        # Pin the snapshot now, so planning (and filter pushdown, in another worker) and
+        # every partition of this plan read the same one, as MetadataReader does.
+        self._snapshot = _pinned_snapshot(self._repo, self._target)
 
     def partitions(self) -> Sequence[InputPartition]:
         repo = self._repo.open()
         try:
-            session = self._target.session(repo)
+            session = repo.readonly_session(snapshot_id=self._snapshot)
             arrays = scan.select_arrays(session.list_nodes(), self._pattern, self._paths)
             parts = scan.plan_parts(repo.storage, arrays, self._rows_per_partition)
         finally:
@@ -127,12 +140,25 @@ class ChunksReader(DataSourceReader):
         if not isinstance(partition, _ChunksPartition):
             return  # no manifests: Spark plans one placeholder partition, which holds nothing
         storage = self._repo.storage()
-        for batch in scan.read_part(storage, partition.part):
+        columns = self._arrow_schema.names
+        for batch in scan.read_part(storage, partition.part, columns, self._bounds):
             yield _conform(batch, self._arrow_schema)
 
 
+# Comparisons on these columns skip row groups by their statistics; Spark still applies them.
+_STAT_COLUMNS = frozenset(f"stat_{s}" for s in ("min", "max", "nan_count", "fill_count"))
+_COMPARISONS: dict[type[Filter], scan.Comparison] = {
+    EqualTo: "=",
+    GreaterThan: ">",
+    GreaterThanOrEqual: ">=",
+    LessThan: "<",
+    LessThanOrEqual: "<=",
+}
+
+
 class PushdownChunksReader(ChunksReader):
-    """Also takes ``array = ...`` and ``array IN (...)`` filters, reading only those arrays."""
+    """Also takes ``array = ...`` and ``array IN (...)`` filters, reading only those arrays,
+    and uses comparisons on ``stat_*`` columns to skip row groups."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         for f in filters:
@@ -144,7 +170,51 @@ class PushdownChunksReader(ChunksReader):
             elif isinstance(f, IsNotNull) and f.attribute == ("array",):
                 pass  # every ref has an array
             else:
-                yield f
+                bound = _stat_bound(f)
+                if bound is not None:
+                    self._bounds = (*self._bounds, bound)
+                yield f  # Spark filters the rows: statistics only skip row groups
+
+
+def _stat_bound(f: Filter) -> scan.StatBound | None:
+    op = _COMPARISONS.get(type(f))
+    attribute: tuple[str, ...] = tuple(getattr(f, "attribute", ()))
+    column = attribute[0] if len(attribute) == 1 else None
+    if op is None or column not in _STAT_COLUMNS:
+        return None
+    value = getattr(f, "value", None)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    assert column is not None
+    return scan.StatBound(column, op, float(value))
+
+
+def _pinned_snapshot(repo_options: RepoOptions, target: ReadTarget) -> str:
+    repo = repo_options.open()
+    try:
+        return target.session(repo).snapshot_id
+    finally:
+        repo.close()
+
+
+def checked_schema(table: str, schema: StructType) -> pa.Schema:
+    """``schema`` (the table's own or one the user gave) as Arrow, checked against the table.
+
+    Raises:
+        InvalidInputError: a column the table does not have, or of another type.
+    """
+    full = spark_schema(table)
+    bad = [
+        f"{f.name} {f.dataType.simpleString()}"
+        for f in schema.fields
+        if f.name not in full.fieldNames() or full[f.name].dataType != f.dataType
+    ]
+    if bad:
+        offered = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in full.fields)
+        raise InvalidInputError(
+            f"the {table} table has no columns {bad}; a schema may name any of: {offered}"
+        )
+    return to_arrow_schema(schema, timezone="UTC")
 
 
 def _path_or_none(value: Any) -> str | None:
@@ -169,13 +239,9 @@ class MetadataReader(DataSourceReader):
         self._table = table
         self._repo = repo_options(options)
         self._target = read_target(options)
-        self._arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        self._arrow_schema = checked_schema(table, schema)
         # Pin the snapshot now, so every read of this DataFrame's plan sees the same one.
-        repo = self._repo.open()
-        try:
-            self._snapshot = self._target.session(repo).snapshot_id
-        finally:
-            repo.close()
+        self._snapshot = _pinned_snapshot(self._repo, self._target)
 
     def partitions(self) -> Sequence[InputPartition]:
         return [_MetadataPartition(self._table)]
@@ -186,6 +252,7 @@ class MetadataReader(DataSourceReader):
             table = build_metadata_table(repo, self._table, self._snapshot)
         finally:
             repo.close()
+        table = table.select(self._arrow_schema.names)  # a narrower schema the user gave
         for batch in table.to_batches(max_chunksize=65_536):
             yield _conform(batch, self._arrow_schema)
 
@@ -266,5 +333,6 @@ __all__ = [
     "MetadataReader",
     "PushdownChunksReader",
     "build_metadata_table",
+    "checked_schema",
     "spark_schema",
 ]

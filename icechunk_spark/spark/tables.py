@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..format.coords import decode_coords
+from ..format.manifest import STAT_FIELDS, with_inline_lengths
 from ..format.state import SnapshotInfo, State
 from ..format.structure import Node
 
@@ -34,6 +36,11 @@ CHUNKS = pa.schema(
         ("offset", pa.int64()),
         ("length", pa.int64()),
         ("manifest_id", pa.string()),
+        # Chunk statistics (docs/format.md): null where not recorded, and for edge chunks.
+        ("stat_min", pa.float64()),
+        ("stat_max", pa.float64()),
+        ("stat_nan_count", pa.int64()),
+        ("stat_fill_count", pa.int64()),
     ]
 )
 SNAPSHOTS = pa.schema(
@@ -55,7 +62,7 @@ NODES = pa.schema(
         ("dtype", pa.string()),
         ("dimension_names", _list_of(pa.string())),
         ("attributes", pa.string()),
-        ("chunk_count", pa.int64()),
+        ("initialized_chunks", pa.int64()),
     ]
 )
 MANIFESTS = pa.schema(
@@ -76,43 +83,149 @@ SCHEMAS: Mapping[str, pa.Schema] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class ChunkArray:
+    """What the ``chunks`` rows of one array need besides its refs: path and grid."""
+
+    path: str
+    ndim: int
+    shape: tuple[int, ...]
+    chunk_shape: tuple[int, ...]
+
+
+# The manifest columns each ``chunks`` column is made from. Where a ref has no chunk file and no
+# virtual path it is inline, so ``kind`` never needs the inline bytes; neither does ``length``
+# (manifests record inline lengths, and the scan fills in those of older manifests).
+_LOCATION = ("chunk_id", "virtual_path")
+MANIFEST_COLUMNS: Mapping[str, tuple[str, ...]] = {
+    "array": (),
+    "coord": ("coord",),
+    "kind": _LOCATION,
+    "location": _LOCATION,
+    "offset": (*_LOCATION, "offset"),
+    "length": (*_LOCATION, "length"),
+    "manifest_id": (),
+    **{f.name: ("coord", f.name) for f in STAT_FIELDS},  # coord: edge chunks read as null
+}
+
+
+def manifest_columns(columns: Iterable[str]) -> list[str]:
+    """The manifest columns (``array_id`` first) to read for these ``chunks`` columns."""
+    wanted = ["array_id"]
+    for column in columns:
+        wanted += [c for c in MANIFEST_COLUMNS[column] if c not in wanted]
+    return wanted
+
+
+def chunk_batch(
+    refs: pa.Table, array: ChunkArray, manifest_id: str, schema: pa.Schema
+) -> pa.RecordBatch:
+    """Manifest rows of one array as a batch of the ``chunks`` columns in ``schema``.
+
+    ``refs`` holds at least ``manifest_columns(schema.names)``, inline lengths filled in.
+    """
+    n = refs.num_rows
+    recorded = [f.name for f in STAT_FIELDS if f.name in refs.column_names]
+    coords: np.ndarray | None = None
+    if "coord" in schema.names or (recorded and set(recorded) & set(schema.names)):
+        coords = decode_coords(refs.column("coord"), array.ndim)
+    inside: np.ndarray | None = None
+    arrays = []
+    for field in schema:
+        if field.name == "array":
+            arrays.append(constant_strings(array.path, n))
+        elif field.name == "manifest_id":
+            arrays.append(constant_strings(manifest_id, n))
+        elif field.name == "coord":
+            assert coords is not None
+            offsets = pa.array(np.arange(n + 1, dtype=np.int32) * array.ndim)
+            values = pa.array(coords.reshape(-1), pa.int64())
+            arrays.append(pa.ListArray.from_arrays(offsets, values, type=field.type))
+        elif field.name.startswith("stat_"):
+            if field.name not in recorded:
+                arrays.append(pa.nulls(n, field.type))
+                continue
+            if inside is None:
+                assert coords is not None
+                inside = _wholly_inside(coords, array)
+            arrays.append(_stat(refs, field, inside))
+        else:
+            arrays.append(_LOCATION_BUILDERS[field.name](refs))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
 def chunk_batches(
     refs: pa.Table, path: str, ndim: int, manifest_id: str, max_rows: int = 65_536
 ) -> Iterator[pa.RecordBatch]:
-    """Manifest rows of one array as ``CHUNKS`` record batches of at most ``max_rows`` rows."""
+    """Manifest rows of one array as ``CHUNKS`` record batches of at most ``max_rows`` rows
+    (every column; the grid is unknown here, so no edge chunk is recognised)."""
+    array = ChunkArray(path, ndim, (), ())
+    refs = with_inline_lengths(refs)
     for start in range(0, refs.num_rows, max_rows):
-        part = refs.slice(start, max_rows)
-        n = part.num_rows
-        coords = decode_coords(part.column("coord"), ndim).reshape(-1)
-        offsets = pa.array(np.arange(n + 1, dtype=np.int32) * ndim)
-        inline = part.column("inline_data")
-        chunk_id = part.column("chunk_id")
-        virtual = part.column("virtual_path")
-        is_inline = pc.is_valid(inline)
-        kind = pc.if_else(
-            is_inline, "inline", pc.if_else(pc.is_valid(chunk_id), "native", "virtual")
-        )
-        location = pc.coalesce(chunk_id, virtual)
-        length = pc.if_else(
-            is_inline,
-            pc.cast(pc.binary_length(inline), pa.int64()),
-            pc.cast(part.column("length"), pa.int64()),
-        )
-        offset = pc.if_else(is_inline, pa.scalar(None, pa.int64()), part.column("offset"))
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.array(np.full(n, path, dtype=object), pa.string()),
-                pa.ListArray.from_arrays(
-                    offsets, pa.array(coords, pa.int64()), type=CHUNKS.field("coord").type
-                ),
-                _flat(kind, pa.string()),
-                _flat(location, pa.string()),
-                _flat(pc.cast(offset, pa.int64()), pa.int64()),
-                _flat(length, pa.int64()),
-                pa.array(np.full(n, manifest_id, dtype=object), pa.string()),
-            ],
-            schema=CHUNKS,
-        )
+        yield chunk_batch(refs.slice(start, max_rows), array, manifest_id, CHUNKS)
+
+
+def constant_strings(value: str, n: int) -> pa.Array:
+    """``n`` copies of one string, built from buffers (a Python list of n strings is slow)."""
+    data = value.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(data)
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data * n)]
+    )
+
+
+def _is_inline(refs: pa.Table) -> pa.ChunkedArray:
+    return pc.and_(pc.is_null(refs.column("chunk_id")), pc.is_null(refs.column("virtual_path")))
+
+
+def _kind(refs: pa.Table) -> pa.Array:
+    native = pc.is_valid(refs.column("chunk_id"))
+    kind = pc.if_else(_is_inline(refs), "inline", pc.if_else(native, "native", "virtual"))
+    return _flat(kind, pa.string())
+
+
+def _location(refs: pa.Table) -> pa.Array:
+    chunk_id, virtual = refs.column("chunk_id"), refs.column("virtual_path")
+    # Usually all refs of a manifest are of one kind: then no coalesce (a copy of every string).
+    if chunk_id.null_count == len(chunk_id):
+        return _flat(virtual, pa.string())  # decodes a dictionary-encoded column too
+    if virtual.null_count == len(virtual):
+        return _flat(chunk_id, pa.string())
+    return _flat(pc.coalesce(chunk_id.cast(pa.string()), virtual.cast(pa.string())), pa.string())
+
+
+def _offset(refs: pa.Table) -> pa.Array:
+    offset = pc.if_else(_is_inline(refs), pa.scalar(None, pa.uint64()), refs.column("offset"))
+    return _flat(offset, pa.int64())
+
+
+def _length(refs: pa.Table) -> pa.Array:
+    return _flat(refs.column("length"), pa.int64())
+
+
+_LOCATION_BUILDERS = {
+    "kind": _kind,
+    "location": _location,
+    "offset": _offset,
+    "length": _length,
+}
+
+
+def _stat(refs: pa.Table, field: pa.Field, inside: np.ndarray) -> pa.Array:
+    values = refs.column(field.name).cast(field.type)
+    return _flat(pc.if_else(pa.array(inside), values, pa.scalar(None, field.type)), field.type)
+
+
+def _wholly_inside(coords: np.ndarray, array: ChunkArray) -> np.ndarray:
+    """Per chunk: whether it lies wholly inside the array's shape.
+
+    The statistics of an edge chunk read as null (docs/format.md, the rule
+    ``chunks.stats.stats_table`` applies for ``chunk_stats`` and ``chunks_where``).
+    """
+    if coords.shape[0] == 0 or not array.shape:
+        return np.ones(coords.shape[0], dtype=bool)
+    ends = (coords + 1) * np.asarray(array.chunk_shape, dtype=np.int64)
+    return np.asarray(np.all(ends <= np.asarray(array.shape, dtype=np.int64), axis=1))
 
 
 def _flat(values: pa.Array | pa.ChunkedArray, type_: pa.DataType) -> pa.Array:
@@ -184,7 +297,7 @@ def nodes_table(nodes: Sequence[Node]) -> pa.Table:
             "dtype": dtypes,
             "dimension_names": pa.array(dims, NODES.field("dimension_names").type),
             "attributes": attrs,
-            "chunk_count": pa.array(counts, pa.int64()),
+            "initialized_chunks": pa.array(counts, pa.int64()),
         },
         schema=NODES,
     )
@@ -226,12 +339,17 @@ def batches_of(table: pa.Table, max_rows: int = 65_536) -> Iterator[pa.RecordBat
 __all__ = [
     "CHUNKS",
     "MANIFESTS",
+    "MANIFEST_COLUMNS",
     "NODES",
     "REFS",
     "SCHEMAS",
     "SNAPSHOTS",
+    "ChunkArray",
     "batches_of",
+    "chunk_batch",
     "chunk_batches",
+    "constant_strings",
+    "manifest_columns",
     "manifests_table",
     "nodes_table",
     "refs_table",

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -284,16 +285,27 @@ def default_config() -> ManifestConfig:
         >>> [s.name for s in default_config().sets]
         ['coordinates', 'default']
     """
-    text = (
-        resources.files("icechunk_spark.splitting")
-        .joinpath("default_manifests.yaml")
-        .read_text("utf-8")
-    )
+    # The file beside this module when the package is unpacked (importlib.resources' first use
+    # costs ~1 ms of a cold process's first lookup); resources for zipped installs.
+    beside = Path(__file__).with_name("default_manifests.yaml")
+    if beside.is_file():
+        text = beside.read_text("utf-8")
+    else:
+        text = (
+            resources.files("icechunk_spark.splitting")
+            .joinpath("default_manifests.yaml")
+            .read_text("utf-8")
+        )
     return parse_config(text)
 
 
 def _error(where: str, problem: str) -> ConfigError:
     return ConfigError(f"{where}: {problem}")
+
+
+# libyaml's safe loader when PyYAML has it: parsing the default config in pure Python takes
+# ~10 ms, half the budget of a cold process's first chunk lookup (bench/bench_lookup.py).
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _load(data: str | bytes | Mapping[str, Any]) -> object:
@@ -302,7 +314,7 @@ def _load(data: str | bytes | Mapping[str, Any]) -> object:
     if not isinstance(data, (str, bytes)):
         raise _error(ROOT_KEY, f"expected YAML text or a mapping, got {type(data).__name__}")
     try:
-        return yaml.safe_load(data)
+        return yaml.load(data, Loader=_YAML_LOADER)  # a safe loader, C or Python
     except yaml.YAMLError as exc:
         raise _error(ROOT_KEY, f"not valid YAML: {exc}") from exc
 

@@ -12,6 +12,7 @@ from icechunk_spark import Repository
 from icechunk_spark.format.coords import decode_coords
 
 CHUNK_COLUMNS = ["array", "coord", "kind", "location", "offset", "length", "manifest_id"]
+STAT_COLUMNS = ["stat_min", "stat_max", "stat_nan_count", "stat_fill_count"]
 
 
 def new_repo(url: str, **kwargs: Any) -> Repository:
@@ -34,11 +35,17 @@ def expected_chunk_rows(repo: Repository, snapshot_id: str | None = None) -> lis
             continue
         assert node.meta is not None
         view = repo.snapshot_view(session.snapshot_id)
+        # Statistics as the core reports them (chunk_stats: edge chunks read as null).
+        table = session.chunk_stats(node.path)
+        stats = {
+            tuple(row["coord"]): tuple(row[c] for c in STAT_COLUMNS) for row in table.to_pylist()
+        }
         for manifest in node.manifests:
             refs = view.ref_index(node, manifest).table
             coords = decode_coords(refs.column("coord"), node.meta.ndim)
             for i, coord in enumerate(coords):
-                rows.append(_ref_row(node.path, coord, refs, i, manifest.manifest_id))
+                row = _ref_row(node.path, coord, refs, i, manifest.manifest_id)
+                rows.append((*row, *stats[tuple(int(c) for c in coord)]))
     return rows
 
 

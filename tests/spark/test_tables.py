@@ -102,7 +102,11 @@ def test_nodes_table(spark: Any, history: tuple[str, list[str]]) -> None:
         actual, spark.createDataFrame(expected, spark_schema("nodes")), ignore_row_order=True
     )
     row = actual.filter("path = '/g/a'").first()
-    assert (row.dtype, row.chunk_count, json.loads(row.attributes)) == ("int32", 3, {"units": "m"})
+    assert (row.dtype, row.initialized_chunks, json.loads(row.attributes)) == (
+        "int32",
+        3,
+        {"units": "m"},
+    )
 
 
 def test_manifests_table(spark: Any, history: tuple[str, list[str]]) -> None:
@@ -178,10 +182,10 @@ def test_sql_view(spark: Any, history: tuple[str, list[str]]) -> None:
     counts = spark.sql("SELECT array, count(*) AS n FROM c GROUP BY array ORDER BY array").collect()
     assert [(r.array, r.n) for r in counts] == [("/b", 1), ("/g/a", 3)]
     joined = spark.sql(
-        "SELECT n.path, n.chunk_count FROM n JOIN (SELECT DISTINCT array FROM c) x "
+        "SELECT n.path, n.initialized_chunks FROM n JOIN (SELECT DISTINCT array FROM c) x "
         "ON n.path = x.array ORDER BY n.path"
     ).collect()
-    assert [(r.path, r.chunk_count) for r in joined] == [("/b", 1), ("/g/a", 3)]
+    assert [(r.path, r.initialized_chunks) for r in joined] == [("/b", 1), ("/g/a", 3)]
 
 
 def test_register_explicitly(spark: Any, history: tuple[str, list[str]]) -> None:
@@ -189,3 +193,77 @@ def test_register_explicitly(spark: Any, history: tuple[str, list[str]]) -> None
 
     register(spark)
     assert load(spark, history[0], table="refs").count() == 3
+
+
+@pytest.fixture(scope="module")
+def with_stats(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """/t (stats recorded; its last chunk reaches past the shape) and /u (no stats)."""
+    url = (tmp_path_factory.mktemp("stats") / "repo").as_uri()
+    repo = Repository.create(url, config={"chunk_statistics": ["/t"]})
+    session = repo.writable_session("main")
+    session.create_group("/")
+    session.create_array("/t", (10,), (4,), "float64", fill_value=0.0)
+    session.create_array("/u", (4,), (2,), "float64")
+    session.set_chunk_values("/t", (0,), np.array([1.0, np.nan, 0.0, 5.0]))
+    session.set_chunk_values("/t", (1,), np.array([50.0, 60.0, 70.0, 80.0]))
+    session.set_chunk_values("/t", (2,), np.array([100.0, 200.0, 0.0, 0.0]))  # the edge chunk
+    session.set_chunk_values("/u", (0,), np.array([7.0, 8.0]))
+    session.commit("chunks with statistics")
+    return url
+
+
+def test_chunks_table_has_the_recorded_statistics(spark: Any, with_stats: str) -> None:
+    repo = Repository.open(with_stats)
+    actual = load(spark, with_stats)
+    assert_df_equality(
+        actual,
+        spark.createDataFrame(expected_chunk_rows(repo), spark_schema("chunks")),
+        ignore_row_order=True,
+    )
+    rows = {(r.array, tuple(r.coord)): r for r in actual.collect()}
+    first = rows[("/t", (0,))]
+    assert (first.stat_min, first.stat_max, first.stat_nan_count, first.stat_fill_count) == (
+        1.0,
+        5.0,
+        1,
+        1,
+    )
+    edge = rows[("/t", (2,))]  # reaches past the shape: its statistics read as unknown
+    assert (edge.stat_min, edge.stat_max, edge.stat_nan_count) == (None, None, None)
+    assert rows[("/u", (0,))].stat_max is None  # not recorded for /u
+
+
+@pytest.mark.parametrize("pushdown", ["false", "true"])
+def test_filters_on_statistics(spark: Any, sql_conf: Any, with_stats: str, pushdown: str) -> None:
+    sql_conf({"spark.sql.python.filterPushdown.enabled": pushdown})
+    hot = load(spark, with_stats).filter("stat_max > 40").select("array", "coord").collect()
+    assert [(r.array, tuple(r.coord)) for r in hot] == [("/t", (1,))]
+    assert load(spark, with_stats).filter("stat_nan_count >= 1").count() == 1
+    assert load(spark, with_stats).filter("stat_min = 50").count() == 1
+
+
+def test_a_narrower_schema_reads_only_its_columns(
+    spark: Any, history: tuple[str, list[str]]
+) -> None:
+    url, _ = history
+    full = load(spark, url).select("array", "coord")
+    narrow = spark.read.format("icechunk").schema("array string, coord array<bigint>").load(url)
+    assert narrow.columns == ["array", "coord"]
+    assert_df_equality(narrow, full, ignore_row_order=True)
+    reordered = spark.read.format("icechunk").schema("length bigint, array string").load(url)
+    assert sorted((r.array, r.length) for r in reordered.collect()) == sorted(
+        (r.array, r.length) for r in load(spark, url).collect()
+    )
+    assert spark.read.format("icechunk").schema("kind string").load(url).count() == 4
+    nodes = spark.read.format("icechunk").option("table", "nodes").schema("path string")
+    assert sorted(r.path for r in nodes.load(url).collect()) == ["/", "/b", "/g", "/g/a"]
+
+
+def test_a_schema_naming_unknown_columns_is_refused(
+    spark: Any, history: tuple[str, list[str]]
+) -> None:
+    url, _ = history
+    for schema in ("array string, nope int", "coord array<int>"):
+        with pytest.raises(Exception, match="has no columns") as info:
+            spark.read.format("icechunk").schema(schema).load(url).collect()
+        assert "a schema may name any of: array string" in str(info.value)

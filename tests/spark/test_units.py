@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -129,6 +130,10 @@ def test_chunk_batches_match_the_schema() -> None:
             "offset": None,
             "length": 2,
             "manifest_id": "M1",
+            "stat_min": None,
+            "stat_max": None,
+            "stat_nan_count": None,
+            "stat_fill_count": None,
         }
     ]
     assert Repository  # the package's public entry point imports without Spark
@@ -189,3 +194,142 @@ def test_piece_tasks_read_only_the_row_groups_of_their_piece(
     assert [(m.extent, m.ref_count) for m in node.manifests] == [
         (((10 * p, 10 * p + 10), (0, 2)), 20) for p in range(5)
     ]
+
+
+def _recording_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> list[tuple[tuple[int, ...], tuple[str, ...]]]:
+    """Every ``ManifestFile.read_groups`` call: (row groups, columns)."""
+    calls: list[tuple[tuple[int, ...], tuple[str, ...]]] = []
+    original = manifest_format.ManifestFile.read_groups
+
+    def read_groups(self: Any, groups: Any, columns: Any = None) -> pa.Table:
+        calls.append((tuple(groups), tuple(columns or ())))
+        return original(self, groups, columns)
+
+    monkeypatch.setattr(manifest_format.ManifestFile, "read_groups", read_groups)
+    return calls
+
+
+def _inline_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old_layout: bool) -> Repository:
+    """Arrays /a (inline), /b (native) and /c (inline) in one manifest of 4-row groups; with
+    ``old_layout`` the manifest records no inline lengths, as manifests before did."""
+    monkeypatch.setattr(manifest_format, "ROW_GROUP_SIZE", 4)
+    if old_layout:
+        monkeypatch.setattr(manifest_format, "with_inline_lengths", lambda refs: refs)
+    repo = new_repo((tmp_path / "repo").as_uri())
+    session = repo.writable_session("main")
+    for path in ("/a", "/b", "/c"):
+        session.create_array(path, (10,), (1,), "uint8")
+    session.set_chunk_refs(
+        "/a", {"coord": np.arange(10).reshape(-1, 1), "inline_data": [b"xy"] * 10}
+    )
+    session.set_chunk_refs(
+        "/b",
+        {
+            "coord": np.arange(10).reshape(-1, 1),
+            "chunk_id": ["C"] * 10,
+            "offset": [0] * 10,
+            "length": [3] * 10,
+        },
+    )
+    session.set_chunk_refs(
+        "/c", {"coord": np.arange(10).reshape(-1, 1), "inline_data": [b"z"] * 10}
+    )
+    session.commit("three arrays in one manifest")
+    monkeypatch.undo()
+    return repo
+
+
+@pytest.mark.parametrize("old_layout", [False, True])
+def test_inline_bytes_are_read_only_for_old_manifests_lengths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old_layout: bool
+) -> None:
+    repo = _inline_repo(tmp_path, monkeypatch, old_layout)
+    calls = _recording_reads(monkeypatch)
+    (part,) = scan.plan_parts(
+        repo.storage, scan.select_arrays(repo.readonly_session().list_nodes(), None), 100
+    )
+    rows = [r for b in scan.read_part(repo.storage, part) for r in b.to_pylist()]
+    assert {(r["array"], r["kind"], r["length"]) for r in rows} == {
+        ("/a", "inline", 2),
+        ("/b", "native", 3),
+        ("/c", "inline", 1),
+    }
+    read = {c for _, columns in calls for c in columns}
+    assert ("inline_data" in read) == old_layout  # new manifests record inline lengths
+    calls.clear()
+    for _ in scan.read_part(repo.storage, part, ["array", "coord", "kind", "location", "offset"]):
+        pass
+    assert "inline_data" not in {c for _, columns in calls for c in columns}
+    assert {c for _, columns in calls for c in columns} == {
+        "array_id",
+        "coord",
+        "chunk_id",
+        "virtual_path",
+        "offset",
+    }
+
+
+def test_row_groups_of_other_arrays_and_ruled_out_statistics_are_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = _inline_repo(tmp_path, monkeypatch, old_layout=False)
+    nodes = repo.readonly_session().list_nodes()
+    # Rows are sorted by (random) node id: array k in that order has rows 10k..10k+9, so its
+    # 4-row groups are 10k // 4 .. (10k + 9) // 4.
+    order = [n.path for n in sorted((n for n in nodes if n.type == "array"), key=lambda n: n.id)]
+
+    def groups_of(path: str) -> list[int]:
+        k = order.index(path)
+        return list(range(10 * k // 4, (10 * k + 9) // 4 + 1))
+
+    calls = _recording_reads(monkeypatch)
+    (part,) = scan.plan_parts(repo.storage, scan.select_arrays(nodes, "/c"), 100)
+    rows = [
+        r for b in scan.read_part(repo.storage, part, ["array", "coord"]) for r in b.to_pylist()
+    ]
+    assert sorted(r["coord"][0] for r in rows) == list(range(10))
+    assert sorted(g for groups, _ in calls for g in groups) == groups_of("/c")
+    calls.clear()
+    bound = scan.StatBound("length", ">", 2.5)  # only /b's native refs are longer than 2
+    (everything,) = scan.plan_parts(repo.storage, scan.select_arrays(nodes, None), 100)
+    rows = [
+        r
+        for b in scan.read_part(repo.storage, everything, ["array"], [bound])
+        for r in b.to_pylist()
+    ]
+    assert "/b" in {r["array"] for r in rows}
+    assert sorted(g for groups, _ in calls for g in groups) == groups_of("/b")
+
+
+def test_stat_bounds_decide_only_when_statistics_allow() -> None:
+    bounds = manifest_format.ColumnBounds(10.0, 20.0, 0)
+    assert scan.StatBound("stat_max", ">", 19.0).may_match(bounds, 5)
+    assert not scan.StatBound("stat_max", ">", 20.0).may_match(bounds, 5)
+    assert scan.StatBound("stat_max", ">=", 20.0).may_match(bounds, 5)
+    assert not scan.StatBound("stat_min", "<", 10.0).may_match(bounds, 5)
+    assert not scan.StatBound("stat_min", "=", 21.0).may_match(bounds, 5)
+    assert scan.StatBound("stat_min", "=", 15.0).may_match(bounds, 5)
+    unknown = manifest_format.ColumnBounds(None, None, None)
+    assert scan.StatBound("stat_max", ">", 1e9).may_match(unknown, 5)
+    only_nulls = manifest_format.ColumnBounds(None, None, 5)
+    assert not scan.StatBound("stat_max", "<", 1e9).may_match(only_nulls, 5)
+
+
+def test_the_chunks_reader_is_pinned_to_the_snapshot_it_planned(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    from icechunk_spark.spark.source import ChunksReader, spark_schema
+
+    url = (tmp_path / "repo").as_uri()
+    repo = new_repo(url)
+    session = repo.writable_session("main")
+    session.create_array("/a", (4,), (1,), "uint8")
+    session.set_chunk("/a", (0,), b"\x01")
+    session.commit("one chunk")
+    reader = ChunksReader({"path": url}, spark_schema("chunks"))
+    session = repo.writable_session("main")
+    session.set_chunk("/a", (1,), b"\x02")
+    session.commit("a second chunk, after planning began")
+    rows = [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
+    assert [r["coord"] for r in rows] == [[0]]
