@@ -42,7 +42,7 @@ from ..splitting import (
 from ..storage import Storage
 from .changes import ChangeSet
 from .snapshot import SnapshotView
-from .staged import StagedRefs, narrowed, read_staged
+from .staged import StagedRefs, narrowed, read_staged, within_span
 
 # Manifests built from staged refs are written this many at a time in the committing process:
 # each holds up to a set's max-manifest-size refs in memory while it is merged and encoded.
@@ -210,11 +210,7 @@ def _merge_modified(
 
 def _within_grid(refs: pa.Table, node: Node) -> pa.Table:
     assert node.meta is not None
-    if refs.num_rows == 0 or node.meta.ndim == 0:
-        return refs
-    coords = decode_coords(refs.column("coord"), node.meta.ndim)
-    inside = np.all(coords < np.asarray(node.meta.grid_shape, dtype=np.int64), axis=1)
-    return refs if inside.all() else refs.filter(pa.array(inside))
+    return _inside(refs, node.meta.grid_shape)
 
 
 def _ref_count(
@@ -515,18 +511,13 @@ def write_piece_task(storage: Storage, task: PieceTask) -> ManifestRef | None:
     for manifest_id in task.old:
         key = manifest_key(manifest_id)
         refs = refs_of_array(decode_manifest(storage.get(key), key), task.node_id)
-        layers.append(_span_of(refs, ndim, task.axis, task.span))
+        layers.append(within_span(refs, ndim, task.axis, task.span))
     for table in read_staged(storage, task.staged, task.axis, task.span):
         layers.append(_without(table, task.drop))
     refs = _inside(merge_refs(layers, ndim), task.grid_shape)
     if refs.num_rows == 0:
         return None
     return write_array_manifest(storage, task.node_id, ndim, refs, task.set_name)
-
-
-def _span_of(refs: pa.Table, ndim: int, axis: int, span: tuple[int, int]) -> pa.Table:
-    index = _axis_index(refs, ndim, axis)
-    return refs.filter(pa.array((index >= span[0]) & (index < span[1])))
 
 
 def _without(table: pa.Table, drop: pa.Array | None) -> pa.Table:

@@ -206,12 +206,15 @@ def read_staged(
             for group in groups:
                 table = parquet.read_row_group(group, use_threads=False)
                 table = table.filter(pc.equal(table.column("array"), staged.array))
-                parts.append(_within(table.drop_columns(["array"]), staged.ndim, axis, span))
+                parts.append(within_span(table.drop_columns(["array"]), staged.ndim, axis, span))
         layers.append(pa.concat_tables(parts))
     return layers
 
 
-def _within(table: pa.Table, ndim: int, axis: int | None, span: tuple[int, int] | None) -> pa.Table:
+def within_span(
+    table: pa.Table, ndim: int, axis: int | None, span: tuple[int, int] | None
+) -> pa.Table:
+    """The refs of ``table`` whose index along ``axis`` lies in ``span`` (all without one)."""
     if axis is None or span is None or table.num_rows == 0:
         return table
     index = decode_coords(table.column("coord"), ndim)[:, axis]
@@ -227,5 +230,6 @@ __all__ = [
     "narrowed",
     "read_staged",
     "union",
+    "within_span",
     "write_staged",
 ]
