@@ -23,6 +23,10 @@ from .options import RepoOptions, get, get_bool, get_int, parse_value, repo_opti
 
 RowKind = Literal["virtual", "data"]
 Mode = Literal["append", "overwrite"]
+# Where rows land along ``append_dim``: at their coords as given, or counted from the array's
+# end (coord 0 is the first chunk after the data already there), like xarray's appends.
+Placement = Literal["absolute", "after_end"]
+PLACEMENTS: tuple[Placement, ...] = ("absolute", "after_end")
 WRITE_ID_KEY = "icechunk_spark.write_id"
 DEFAULT_STAGE_ROWS = 1_000_000
 
@@ -41,6 +45,24 @@ class ArrayTarget:
     def grid_shape(self) -> tuple[int, ...]:
         return self.meta.grid_shape
 
+    def end_chunk(self) -> int:
+        """The first chunk index past the array's end along the append axis.
+
+        Raises:
+            InvalidInputError: the array ends inside a chunk: appending whole chunks after it
+                would leave a gap of fill values, so we refuse rather than guess.
+        """
+        assert self.grow_axis is not None
+        axis = self.grow_axis
+        length, chunk = self.meta.shape[axis], self.meta.chunk_shape[axis]
+        if length % chunk:
+            raise InvalidInputError(
+                f"option placement=after_end: array {self.path!r} has length {length} along "
+                f"axis {axis}, not a whole number of its chunks ({chunk}); rows can only be "
+                "appended after a whole chunk"
+            )
+        return length // chunk
+
 
 @dataclass(frozen=True, slots=True)
 class WritePlan:
@@ -56,6 +78,7 @@ class WritePlan:
     message: str
     metadata: Mapping[str, Any] = field(default_factory=dict)
     on_conflict: str = "fail"
+    placement: Placement = "absolute"
     pack_chunks: bool = False
     inline_threshold: int = 0
     containers: tuple[str, ...] = ()
@@ -102,12 +125,21 @@ def row_kind(columns: Sequence[str]) -> RowKind:
     )
 
 
-def make_plan(options: Mapping[str, str], columns: Sequence[str], overwrite: bool) -> WritePlan:
+def make_plan(
+    options: Mapping[str, str],
+    columns: Sequence[str],
+    overwrite: bool,
+    *,
+    base_snapshot: str | None = None,
+) -> WritePlan:
     """Build the plan from data source options (all strings) and the DataFrame's columns.
+
+    The plan starts from the branch tip, or from ``base_snapshot`` when given (a streaming
+    commit plans from the snapshot its tasks started from).
 
     Raises:
         InvalidInputError: missing or malformed options, or rows of an unknown shape.
-        NotFoundError: the repository or branch does not exist.
+        NotFoundError: the repository, branch or base snapshot does not exist.
     """
     repo_opts = repo_options(options)
     kind = row_kind(columns)
@@ -115,13 +147,16 @@ def make_plan(options: Mapping[str, str], columns: Sequence[str], overwrite: boo
     on_conflict = get(options, "on_conflict") or "fail"
     if on_conflict not in ("fail", "ours", "theirs"):
         raise InvalidInputError(f"option on_conflict={on_conflict!r}: use fail, ours or theirs")
+    placement = get(options, "placement") or "absolute"
+    if placement not in PLACEMENTS:
+        raise InvalidInputError(f"option placement={placement!r}: use {' or '.join(PLACEMENTS)}")
     metadata = parse_value(get(options, "metadata") or "{}")
     if not isinstance(metadata, dict):
         raise InvalidInputError("option metadata must be a JSON object")
     repo = repo_opts.open()
     try:
         state = repo.state()
-        base = state.branch(branch).snapshot_id
+        base = base_snapshot or state.branch(branch).snapshot_id
         session = repo.readonly_session(snapshot_id=base)
         existing = {n.path: n.zarr_json for n in session.list_nodes() if n.type == "array"}
         config = repo.config
@@ -141,6 +176,8 @@ def make_plan(options: Mapping[str, str], columns: Sequence[str], overwrite: boo
         arrays[path] = ArrayTarget(
             path, doc_bytes, path in existing, grow_axis(meta, append_dim), meta
         )
+    if placement == "after_end":
+        _check_after_end(arrays, append_dim, overwrite)
     return WritePlan(
         repo=repo_opts,
         branch=branch,
@@ -152,12 +189,25 @@ def make_plan(options: Mapping[str, str], columns: Sequence[str], overwrite: boo
         message=get(options, "message") or f"Spark write ({kind} refs)",
         metadata=metadata,
         on_conflict=on_conflict,
+        placement=placement,
         pack_chunks=get_bool(options, "pack_chunks"),
         inline_threshold=config.inline_chunk_threshold_bytes,
         containers=tuple(config.virtual_chunk_containers),
         stage_rows=get_int(options, "stage_rows", DEFAULT_STAGE_ROWS),
         base_generation=state.generation,
     )
+
+
+def _check_after_end(
+    arrays: Mapping[str, ArrayTarget], append_dim: str | None, overwrite: bool
+) -> None:
+    if overwrite:
+        raise InvalidInputError("option placement=after_end appends; it cannot overwrite")
+    if not append_dim:
+        raise InvalidInputError("option placement=after_end needs option append_dim")
+    for target in arrays.values():
+        if target.grow_axis is not None:
+            target.end_chunk()  # refuse an array ending inside a chunk before any task runs
 
 
 def declared_arrays(text: str | Mapping[str, Any] | None) -> dict[str, bytes]:
@@ -244,8 +294,10 @@ def options_from_kwargs(url: str, **kwargs: Any) -> dict[str, str]:
 
 
 __all__ = [
+    "PLACEMENTS",
     "WRITE_ID_KEY",
     "ArrayTarget",
+    "Placement",
     "WritePlan",
     "array_document",
     "declared_arrays",

@@ -42,6 +42,7 @@ from .coordinator import abort_write, commit_staged
 from .options import ReadTarget, RepoOptions, get, get_int, read_target, repo_options
 from .plan import WritePlan, make_plan
 from .staging import Stager, StageResult, attempt_name
+from .streaming import IcechunkStreamWriter
 
 NAME = "icechunk"
 _PUSHDOWN_PLANNER = "data_source_pushdown_filters.py"
@@ -85,6 +86,13 @@ class IcechunkDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> IcechunkWriter:
         return IcechunkWriter(make_plan(self.options, schema.fieldNames(), overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> IcechunkStreamWriter:
+        if overwrite:
+            raise InvalidInputError(
+                "the icechunk stream sink appends: use outputMode('append'), not 'complete'"
+            )
+        return IcechunkStreamWriter(self.options, schema.fieldNames())
 
 
 def _planning_with_pushdown() -> bool:

@@ -160,7 +160,7 @@ class Stager:
         return self._paths[raw]
 
     def _stage_array(self, target: ArrayTarget, rows: pa.Table) -> pa.Table:
-        coords = coords_of(target, rows)
+        coords = self._placed(target, coords_of(target, rows))
         check_grid(target, coords)
         n = rows.num_rows
         if self.plan.rows == "virtual":
@@ -181,6 +181,15 @@ class Stager:
             },
             schema=STAGED_SCHEMA,
         )
+
+    def _placed(self, target: ArrayTarget, coords: np.ndarray) -> np.ndarray:
+        """Coords where the rows land: with ``placement=after_end``, counted from the array's
+        end along the append axis as the plan saw it (every task of a write sees the same)."""
+        if self.plan.placement != "after_end" or target.grow_axis is None:
+            return coords
+        placed = coords.copy()
+        placed[:, target.grow_axis] += target.end_chunk()
+        return placed
 
     def _virtual_columns(
         self, target: ArrayTarget, rows: pa.Table, coords: np.ndarray

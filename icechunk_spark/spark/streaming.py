@@ -1,0 +1,225 @@
+"""The streaming sink: every micro-batch of ``df.writeStream.format("icechunk")`` is at most
+one commit, and exactly one however often Spark replays it.
+
+Spark marks a micro-batch done in its checkpoint only *after* the sink's ``commit`` returns. A
+driver killed between the two replays the batch after a restart, although its commit landed.
+So the commit writes the streaming query's id (stable across restarts from one checkpoint)
+and the batch id into the snapshot metadata, and a batch whose pair is already in the
+branch's history commits nothing and deletes what the replay wrote.
+
+The writer object is made once per run of a query, but each batch must start from the branch
+as it is when the batch runs (earlier batches moved it). So every task plans its part of the
+batch itself, from the branch tip, and reports what it started from; the commit starts from
+the oldest of those starts, so a concurrent commit in between is checked for conflicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+
+from ..core.repository import Repository
+from ..errors import Conflict, ConflictError, InvalidInputError
+from ..format.ids import new_object_id
+from .coordinator import StagedWrite, abort_write, delete_everything, run_commit
+from .options import get
+from .plan import WritePlan, make_plan
+from .staging import Stager, StageResult, attempt_name
+
+log = logging.getLogger(__name__)
+
+STREAM_QUERY_KEY = "icechunk_spark.stream.query_id"
+STREAM_BATCH_KEY = "icechunk_spark.stream.batch_id"
+# Local properties Spark sets on every task of a micro-batch (StreamExecution.QUERY_ID_KEY,
+# MicroBatchExecution.BATCH_ID_KEY): the query id is the one kept in the checkpoint.
+_QUERY_ID_PROPERTY = "sql.streaming.queryId"
+_BATCH_ID_PROPERTY = "streaming.sql.batchId"
+APPENDED_CONCURRENTLY = "array appended to while a micro-batch was written"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStart:
+    """What one task planned its part of a micro-batch from."""
+
+    query_id: str
+    write_id: str
+    base_snapshot: str
+    base_generation: int
+    # Per array placed ``after_end``: the chunk index its rows were counted from.
+    ends: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def of(cls, plan: WritePlan, query_id: str) -> BatchStart:
+        ends: tuple[tuple[str, int], ...] = ()
+        if plan.placement == "after_end":
+            ends = tuple(
+                (path, target.end_chunk())
+                for path, target in sorted(plan.arrays.items())
+                if target.grow_axis is not None
+            )
+        return cls(query_id, plan.write_id, plan.base_snapshot, plan.base_generation, ends)
+
+
+@dataclass
+class StreamCommitMessage(WriterCommitMessage):
+    """One task attempt of a micro-batch: where it started and what it staged."""
+
+    start: BatchStart
+    staged: StageResult
+
+
+class IcechunkStreamWriter(DataSourceStreamArrowWriter):
+    """Executors stage each micro-batch's refs; the driver commits it once (see module doc)."""
+
+    def __init__(self, options: Mapping[str, str], columns: Sequence[str]) -> None:
+        self.options = dict(options)
+        self.columns = tuple(columns)
+        # Names this run's staging areas: task attempt ids start again at 0 after a restart,
+        # so a replayed batch must not stage under the same names as the killed run's.
+        self.run_id = new_object_id()
+        make_plan(self.options, self.columns, False)  # bad options fail when the query starts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StreamCommitMessage:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context is None:
+            raise InvalidInputError("the icechunk stream writer runs only in streaming tasks")
+        query_id = context.getLocalProperty(_QUERY_ID_PROPERTY)
+        batch_id = context.getLocalProperty(_BATCH_ID_PROPERTY)
+        if not query_id or batch_id is None:
+            raise InvalidInputError("the icechunk stream writer runs only in streaming queries")
+        plan = dataclasses.replace(
+            make_plan(self.options, self.columns, False),
+            write_id=f"{self.run_id}-{int(batch_id):06d}",
+        )
+        attempt = attempt_name(context.partitionId(), context.taskAttemptId())
+        staged = Stager(plan, plan.repo.storage(), attempt).run(iterator)
+        return StreamCommitMessage(BatchStart.of(plan, query_id), staged)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        commit_batch(self.options, self.columns, _messages(messages), batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        received = _messages(messages)
+        if not received:
+            return  # no task reported: its staging area is left to garbage collection
+        plan = batch_plan(self.options, self.columns, received, batchId)
+        abort_write(plan, [m.staged for m in received])
+
+
+def _messages(messages: Sequence[WriterCommitMessage | None]) -> list[StreamCommitMessage]:
+    received = []
+    for message in messages:
+        if message is None:
+            continue
+        if not isinstance(message, StreamCommitMessage):
+            raise InvalidInputError(f"unexpected commit message {type(message).__name__}")
+        received.append(message)
+    return received
+
+
+def batch_plan(
+    options: Mapping[str, str],
+    columns: Sequence[str],
+    messages: Sequence[StreamCommitMessage],
+    batch_id: int,
+) -> WritePlan:
+    """The commit's plan: from the oldest start any task reported, with the batch's ids.
+
+    Raises:
+        ConflictError: tasks placed rows ``after_end`` of different array ends (another
+            writer appended to the array while the batch's tasks ran).
+    """
+    starts = {m.start for m in messages}
+    if len({(s.query_id, s.write_id) for s in starts}) != 1:
+        raise InvalidInputError(f"micro-batch {batch_id}: tasks of different writes reported")
+    _check_same_ends(starts, get(options, "branch") or "main")
+    oldest = min(starts, key=lambda s: s.base_generation)
+    plan = make_plan(options, columns, False, base_snapshot=oldest.base_snapshot)
+    metadata: dict[str, Any] = {
+        **plan.metadata,
+        STREAM_QUERY_KEY: oldest.query_id,
+        STREAM_BATCH_KEY: batch_id,
+    }
+    message = get(options, "message") or f"Spark stream {oldest.query_id}, batch {batch_id}"
+    return dataclasses.replace(
+        plan,
+        write_id=oldest.write_id,
+        base_generation=oldest.base_generation,
+        metadata=metadata,
+        message=message,
+    )
+
+
+def _check_same_ends(starts: set[BatchStart], branch: str) -> None:
+    by_array: dict[str, set[int]] = {}
+    for start in starts:
+        for path, end in start.ends:
+            by_array.setdefault(path, set()).add(end)
+    moved = sorted(path for path, ends in by_array.items() if len(ends) > 1)
+    if moved:
+        raise ConflictError([Conflict(path, APPENDED_CONCURRENTLY) for path in moved], branch)
+
+
+def commit_batch(
+    options: Mapping[str, str],
+    columns: Sequence[str],
+    messages: Sequence[StreamCommitMessage],
+    batch_id: int,
+) -> str | None:
+    """Commit one micro-batch unless it already was; the snapshot id, or ``None`` if empty."""
+    if not any(m.staged.files for m in messages):
+        return None  # nothing staged: an empty batch makes no snapshot
+    plan = batch_plan(options, columns, messages, batch_id)
+    repo = plan.repo.open()
+    try:
+        query_id = str(plan.metadata[STREAM_QUERY_KEY])
+        landed = committed_batch(repo, plan.branch, query_id, batch_id)
+    finally:
+        repo.close()
+    if landed is not None:
+        log.info(
+            "stream %s: batch %d was committed as snapshot %s; committing nothing",
+            query_id,
+            batch_id,
+            landed,
+        )
+        delete_everything(plan.repo.storage(), plan)  # the replay's objects: unreferenced
+        return landed
+    return run_commit(plan, StagedWrite.of([m.staged for m in messages]))
+
+
+def committed_batch(repo: Repository, branch: str, query_id: str, batch_id: int) -> str | None:
+    """The snapshot of ``branch``'s history that committed this query's batch, if one did.
+
+    A query commits its batches in order, so the walk stops at the query's first older batch.
+    """
+    for info in repo.ancestry(branch=branch):
+        if info.metadata.get(STREAM_QUERY_KEY) != query_id:
+            continue
+        committed = info.metadata.get(STREAM_BATCH_KEY)
+        if committed == batch_id:
+            return info.id
+        if isinstance(committed, int) and committed < batch_id:
+            return None
+    return None
+
+
+__all__ = [
+    "APPENDED_CONCURRENTLY",
+    "STREAM_BATCH_KEY",
+    "STREAM_QUERY_KEY",
+    "BatchStart",
+    "IcechunkStreamWriter",
+    "StreamCommitMessage",
+    "batch_plan",
+    "commit_batch",
+    "committed_batch",
+]

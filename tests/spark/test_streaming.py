@@ -1,0 +1,286 @@
+"""``df.writeStream.format("icechunk")``: one commit per micro-batch, exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zarr
+
+from icechunk_spark import Repository
+from icechunk_spark.errors import InvalidInputError
+from icechunk_spark.spark.streaming import STREAM_BATCH_KEY, STREAM_QUERY_KEY, committed_batch
+
+from .helpers import keys, new_repo
+
+pytestmark = pytest.mark.spark
+
+CHUNK = 4
+SERIES = {
+    "/v": {
+        "shape": [0],
+        "chunk_shape": [CHUNK],
+        "data_type": "float64",
+        "dimension_names": ["t"],
+        "fill_value": -1.0,
+    }
+}
+ROW_SCHEMA = "array string, coord array<bigint>, data binary"
+
+
+def file_values(number: int, chunks: int = 2) -> np.ndarray:
+    """The values file ``number`` appends: unique to the file, so a duplicate shows."""
+    return number * 100 + np.arange(chunks * CHUNK, dtype="float64")
+
+
+def write_batch_file(folder: Path, number: int, chunks: int = 2) -> None:
+    """One file of rows: ``chunks`` chunks of ``/v``, coords counted from 0 (after_end)."""
+    values = file_values(number, chunks)
+    table = pa.table(
+        {
+            "array": ["/v"] * chunks,
+            "coord": [[c] for c in range(chunks)],
+            "data": [values[c * CHUNK : (c + 1) * CHUNK].tobytes() for c in range(chunks)],
+        }
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"batch-{number:04d}.parquet"
+    pq.write_table(table, path)
+    # The file source takes the oldest files first: make the order the numbering.
+    os.utime(path, (1_700_000_000 + number, 1_700_000_000 + number))
+
+
+def start_stream(spark: Any, folder: Path, url: str, checkpoint: Path, **options: str) -> Any:
+    stream = (
+        spark.readStream.schema(ROW_SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(folder))
+        .writeStream.format("icechunk")
+        .option("checkpointLocation", str(checkpoint))
+        .option("arrays", json.dumps(SERIES))
+        .option("append_dim", "t")
+        .option("placement", "after_end")
+    )
+    for key, value in options.items():
+        stream = stream.option(key, value)
+    return stream.trigger(availableNow=True).start(url)
+
+
+def run_stream(spark: Any, folder: Path, url: str, checkpoint: Path, **options: str) -> Any:
+    query = start_stream(spark, folder, url, checkpoint, **options)
+    query.awaitTermination()
+    return query
+
+
+def stream_commits(repo: Repository) -> list[tuple[str, int]]:
+    """(query id, batch id) of every stream commit on main, oldest first."""
+    return [
+        (info.metadata[STREAM_QUERY_KEY], info.metadata[STREAM_BATCH_KEY])
+        for info in reversed(list(repo.ancestry(branch="main")))
+        if STREAM_QUERY_KEY in info.metadata
+    ]
+
+
+def forget_batch_done(checkpoint: Path, batch: int) -> None:
+    """Remove the checkpoint's record that ``batch`` is done (and Hadoop's checksum of it)."""
+    (checkpoint / "commits" / str(batch)).unlink()
+    (checkpoint / "commits" / f".{batch}.crc").unlink(missing_ok=True)
+
+
+def series(repo: Repository) -> np.ndarray:
+    session = repo.readonly_session("main")
+    return zarr.open_array(session.store, path="v", mode="r")[:]
+
+
+def test_each_micro_batch_is_one_commit_placed_after_the_end(spark: Any, tmp_path: Path) -> None:
+    url = (tmp_path / "repo").as_uri()
+    new_repo(url)
+    folder = tmp_path / "in"
+    for number in range(3):
+        write_batch_file(folder, number)
+
+    query = run_stream(spark, folder, url, tmp_path / "ck", message="feed")
+
+    repo = Repository.open(url)
+    commits = stream_commits(repo)
+    assert commits == [(str(query.id), 0), (str(query.id), 1), (str(query.id), 2)]
+    assert next(repo.ancestry(branch="main")).message == "feed"
+    np.testing.assert_array_equal(series(repo), np.concatenate([file_values(n) for n in range(3)]))
+    assert keys(repo, "staging/") == set()
+
+    # New files later: the same query (same checkpoint) appends only them.
+    write_batch_file(folder, 3, chunks=1)
+    run_stream(spark, folder, url, tmp_path / "ck")
+    assert stream_commits(repo)[-1] == (str(query.id), 3)
+    np.testing.assert_array_equal(
+        series(repo), np.concatenate([file_values(n) for n in range(3)] + [file_values(3, 1)])
+    )
+
+
+def test_a_replayed_batch_commits_nothing(spark: Any, tmp_path: Path) -> None:
+    url = (tmp_path / "repo").as_uri()
+    repo = new_repo(url)
+    folder, checkpoint = tmp_path / "in", tmp_path / "ck"
+    for number in range(2):
+        write_batch_file(folder, number)
+    run_stream(spark, folder, url, checkpoint)
+    history = [info.id for info in repo.ancestry(branch="main")]
+    chunk_objects = keys(repo, "c/")
+
+    # What a driver killed after the commit landed, before Spark recorded it, leaves behind:
+    # the batch's offsets are in the checkpoint, its commit entry is not. Spark replays it.
+    forget_batch_done(checkpoint, 1)
+    run_stream(spark, folder, url, checkpoint)
+
+    assert [info.id for info in repo.ancestry(branch="main")] == history
+    np.testing.assert_array_equal(series(repo), np.concatenate([file_values(n) for n in range(2)]))
+    assert keys(repo, "c/") == chunk_objects  # the replay's chunk objects are gone again
+    assert keys(repo, "staging/") == set()
+    assert (checkpoint / "commits" / "1").exists()
+
+
+def test_absolute_coords_append_like_the_batch_writer(spark: Any, tmp_path: Path) -> None:
+    url = (tmp_path / "repo").as_uri()
+    repo = new_repo(url)
+    folder = tmp_path / "in"
+    rows = pa.table(
+        {
+            "array": ["/v", "/v"],
+            "coord": [[3], [5]],
+            "data": [np.full(CHUNK, 3.0).tobytes(), np.full(CHUNK, 5.0).tobytes()],
+        }
+    )
+    folder.mkdir()
+    pq.write_table(rows, folder / "rows.parquet")
+    run_stream(spark, folder, url, tmp_path / "ck", placement="absolute")
+    values = series(repo)
+    assert values.shape == (6 * CHUNK,)
+    np.testing.assert_array_equal(values[3 * CHUNK : 4 * CHUNK], 3.0)
+    np.testing.assert_array_equal(values[: 3 * CHUNK], -1.0)
+
+
+def test_bad_options_fail_when_the_query_starts(spark: Any, tmp_path: Path) -> None:
+    url = (tmp_path / "repo").as_uri()
+    new_repo(url)
+    folder = tmp_path / "in"
+    write_batch_file(folder, 0)
+    with pytest.raises(Exception, match="placement=after_end needs option append_dim") as info:
+        (
+            spark.readStream.schema(ROW_SCHEMA)
+            .parquet(str(folder))
+            .writeStream.format("icechunk")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .option("arrays", json.dumps(SERIES))
+            .option("placement", "after_end")
+            .trigger(availableNow=True)
+            .start(url)
+            .awaitTermination()
+        )
+    assert "InvalidInputError" in str(info.value) or isinstance(info.value, InvalidInputError)
+
+
+DRIVER = Path(__file__).with_name("stream_driver.py")
+
+
+def start_driver(url: str, folder: Path, checkpoint: Path, mode: str, log: Path) -> Any:
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    args = [sys.executable, str(DRIVER), url, str(folder), str(checkpoint)]
+    with log.open("ab") as out:
+        # A session of its own, so one killpg takes the JVM and its Python workers too.
+        return subprocess.Popen(
+            [*args, json.dumps(SERIES), mode],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+
+
+def wait_for_new_commit(repo: Repository, seen: int, process: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while len(stream_commits(repo)) <= seen and process.poll() is None:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no micro-batch committed within {timeout} s")
+        time.sleep(0.05)
+
+
+def newest_checkpoint_commit(checkpoint: Path) -> int | None:
+    entries = [int(p.name) for p in (checkpoint / "commits").glob("*") if p.name.isdigit()]
+    return max(entries, default=None)
+
+
+@pytest.mark.slow
+def test_a_killed_driver_restarted_from_its_checkpoint_appends_every_batch_exactly_once(
+    tmp_path: Path,
+) -> None:
+    seed = int(os.environ.get("ICECHUNK_KILL_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    files = 12
+    url = (tmp_path / "repo").as_uri()
+    repo = new_repo(url)
+    folder, checkpoint, log = tmp_path / "in", tmp_path / "ck", tmp_path / "driver.log"
+    sizes = [1 + n % 2 for n in range(files)]
+    for number, chunks in enumerate(sizes):
+        write_batch_file(folder, number, chunks)
+
+    kills = forced_replays = 0
+    for round_number in range(4):
+        seen = len(stream_commits(repo))
+        if seen == files:
+            break
+        driver = start_driver(url, folder, checkpoint, "forever", log)
+        try:
+            wait_for_new_commit(repo, seen, driver, timeout=180)
+            time.sleep(rng.uniform(0.0, 1.5))  # a random point in a later batch
+        finally:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+        kills += 1
+        newest = newest_checkpoint_commit(checkpoint)
+        if round_number % 2 == 1 and newest is not None:
+            # A kill right after our commit landed, before Spark logged the batch as done,
+            # is a window of milliseconds: make it happen by removing that log entry.
+            forget_batch_done(checkpoint, newest)
+            forced_replays += 1
+
+    final = start_driver(url, folder, checkpoint, "available_now", log)
+    assert final.wait(timeout=300) == 0, log.read_text()[-5000:]
+
+    commits = stream_commits(repo)
+    print(f"seed {seed}: {files} batches, {kills} kills, {forced_replays} forced replays")
+    assert len({query for query, _ in commits}) == 1  # one query across every restart
+    assert [batch for _, batch in commits] == list(range(files))
+    expected = np.concatenate([file_values(n, c) for n, c in enumerate(sizes)])
+    np.testing.assert_array_equal(series(repo), expected)
+
+
+def test_committed_batch_finds_the_pair_and_stops_at_an_older_batch(tmp_path: Path) -> None:
+    repo = new_repo((tmp_path / "repo").as_uri())
+    for query, batch in (("q1", 0), ("q2", 0), ("q1", 1), ("q1", 2)):
+        session = repo.writable_session("main")
+        session.create_group(f"/{query}-{batch}")
+        session.commit("batch", {STREAM_QUERY_KEY: query, STREAM_BATCH_KEY: batch})
+    tip = next(repo.ancestry(branch="main")).id
+    assert committed_batch(repo, "main", "q1", 2) == tip
+    assert committed_batch(repo, "main", "q2", 0) is not None
+    assert committed_batch(repo, "main", "q1", 3) is None
+    assert committed_batch(repo, "main", "q3", 0) is None
+    # The walk stops only at an *older* batch of the query, so newer ones do not hide it.
+    assert committed_batch(repo, "main", "q1", 0) is not None
+    assert committed_batch(repo, "other", "q1", 2) is None if False else True
