@@ -21,6 +21,7 @@ def _load(name: str) -> nbformat.NotebookNode:
     "name",
     [
         pytest.param("quickstart.ipynb", marks=[pytest.mark.spark, pytest.mark.slow]),
+        pytest.param("streaming.ipynb", marks=[pytest.mark.spark, pytest.mark.slow]),
         "virtual_datasets.ipynb",
     ],
 )
@@ -52,7 +53,7 @@ def test_notebook_runs_top_to_bottom(
     assert warnings == []  # a warning in a notebook is a warning every reader sees
 
 
-@pytest.mark.parametrize("name", ["quickstart.ipynb", "virtual_datasets.ipynb"])
+@pytest.mark.parametrize("name", ["quickstart.ipynb", "streaming.ipynb", "virtual_datasets.ipynb"])
 def test_notebook_is_stored_without_outputs(name: str) -> None:
     for cell in _load(name).cells:
         if cell.cell_type == "code":
