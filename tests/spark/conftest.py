@@ -1,4 +1,5 @@
-"""One local SparkSession for the whole test run (starting one costs ~10 s)."""
+"""One local SparkSession for the whole test run (starting one costs ~10 s), and, for the tests
+that need them, one Spark Connect server and one standalone cluster (``spark_servers``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.spark_servers import (
+    ConnectServer,
+    StandaloneCluster,
+    start_connect_server,
+    start_standalone_cluster,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_CONF = {
@@ -53,6 +61,40 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def spark_env(site: Path) -> dict[str, str]:
+    """The environment of a Spark process we start: Python workers on this venv's Python, the
+    data source discoverable, 127.0.0.1 only, and no Connect mode inherited."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")
+    }
+    return env | {
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYTHONPATH": discoverable(site),
+    }
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """One Spark Connect server (local[2], 768 MB, no UI) on 127.0.0.1 for the whole run."""
+    tmp = tmp_path_factory.mktemp("connect")
+    server = start_connect_server(spark_env(tmp / "site"), tmp / "server.log", SPARK_CONF)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """One standalone master and one worker (1 core, 1 GB for executors) on 127.0.0.1."""
+    tmp = tmp_path_factory.mktemp("cluster")
+    cluster = start_standalone_cluster(spark_env(tmp / "site"), tmp)
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture
