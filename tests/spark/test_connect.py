@@ -15,10 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zarr
-from pyspark.sql.datasource import DataSource
 
 from icechunk_spark.core.repository import Repository
-from icechunk_spark.spark import IcechunkDataSource
+from icechunk_spark.spark.streaming import STREAM_BATCH_KEY
 from tests.support.spark_servers import ConnectServer
 
 from .connect_client import chunk_rows, values
@@ -70,12 +69,6 @@ def test_driver_api_through_connect(connect_server: ConnectServer, tmp_path: Pat
     np.testing.assert_array_equal(read_array(url, "driven"), values(2))
 
 
-# pyspark's DataSource base class has a streamWriter that raises, so ``hasattr`` is always true:
-# the sink exists when IcechunkDataSource overrides it.
-@pytest.mark.skipif(
-    IcechunkDataSource.streamWriter is DataSource.streamWriter,
-    reason="the streaming sink (IcechunkDataSource.streamWriter, branch 'stream') is not merged",
-)
 def test_streaming_write_through_connect(connect_server: ConnectServer, tmp_path: Path) -> None:
     url = (tmp_path / "repo").as_uri()
     new_repo(url)
@@ -95,4 +88,5 @@ def test_streaming_write_through_connect(connect_server: ConnectServer, tmp_path
     run_client(connect_server, tmp_path, "stream", url, str(source), str(tmp_path / "ck"))
     np.testing.assert_array_equal(read_array(url, "streamed"), values(3))
     commits = list(Repository.open(url).ancestry(branch="main"))
-    assert 2 <= len(commits) <= 3  # the root group, then at most one commit per micro-batch
+    batches = [c.metadata.get(STREAM_BATCH_KEY) for c in reversed(commits)]
+    assert batches == [None, None, 0, 1]  # empty, root group, then one commit per micro-batch
