@@ -36,8 +36,10 @@ azurite:
 			--loglevel=error azurite@$(AZURITE_VERSION); \
 	else echo "node/npm not found: Azurite is not installed, the Azure tests will skip"; fi
 
+# Two workers, one per core. Every Spark test runs on the same worker (xdist group "spark"),
+# so there is still one SparkSession (and one Connect server, one cluster) per run.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

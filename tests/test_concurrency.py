@@ -24,7 +24,10 @@ def _pool(size: int = WORKERS) -> ProcessPoolExecutor:
 @pytest.mark.slow
 @pytest.mark.parametrize("process_backend", ["local", "s3"], indirect=True)
 def test_eight_processes_commit_to_one_branch_linearly(process_backend):
-    _commit_from_processes(process_backend, WORKERS, COMMITS)
+    # moto answers one request at a time: 8 x 25 commits there took over two minutes of CI
+    # for no more races than 8 x 8 (every commit after the first races the other seven).
+    commits = COMMITS if process_backend.name == "local" else 8
+    _commit_from_processes(process_backend, WORKERS, commits)
 
 
 @pytest.mark.slow
