@@ -309,7 +309,9 @@ def _range_changes(new: pa.Table, old: pa.Table, ndim: int) -> pa.Table:
     has a ref and ``new`` has none. Both: sorted, one ref per coord (``refs_within``)."""
     keys_new = coord_keys(new.column("coord"), ndim)
     keys_old = coord_keys(old.column("coord"), ndim)
-    _, idx_new, idx_old = np.intersect1d(keys_new, keys_old, assume_unique=True, return_indices=True)
+    _, idx_new, idx_old = np.intersect1d(
+        keys_new, keys_old, assume_unique=True, return_indices=True
+    )
     unchanged = np.zeros(len(keys_new), dtype=bool)
     if len(idx_new):
         same = same_refs(new.take(pa.array(idx_new)), old.take(pa.array(idx_old)))
@@ -358,7 +360,9 @@ def _chunk_rows(step: Step, path: str, ndim: int, refs: pa.Table) -> pa.Table:
         "kind": pc.if_else(deleted, pa.scalar(None, pa.string()), kind),
         "location": pc.coalesce(refs.column("chunk_id"), refs.column("virtual_path")),
         "offset": pc.if_else(
-            pc.or_(inline, deleted), pa.scalar(None, pa.int64()), refs.column("offset").cast(pa.int64())
+            pc.or_(inline, deleted),
+            pa.scalar(None, pa.int64()),
+            refs.column("offset").cast(pa.int64()),
         ),
         "length": pc.if_else(
             inline,

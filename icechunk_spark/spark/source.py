@@ -20,6 +20,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamReader,
     EqualTo,
     Filter,
     GreaterThan,
@@ -60,7 +61,7 @@ def spark_schema(table: str) -> StructType:
 
 class IcechunkDataSource(DataSource):
     """``format("icechunk")``: tables ``chunks`` (default), ``snapshots``, ``refs``, ``nodes``,
-    ``manifests``; writes of virtual refs or raw chunk data."""
+    ``manifests``, ``changes`` (also as a stream); writes of virtual refs or raw chunk data."""
 
     @classmethod
     def name(cls) -> str:
@@ -74,6 +75,10 @@ class IcechunkDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         table = self._table()
+        if table == "changes":
+            from .changes import ChangesReader  # it imports this module's schema check
+
+            return ChangesReader(self.options, schema)
         if table != "chunks":
             return MetadataReader(table, self.options, schema)
         # Spark refuses a reader defining pushFilters unless
@@ -85,6 +90,12 @@ class IcechunkDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> IcechunkWriter:
         return IcechunkWriter(make_plan(self.options, schema.fieldNames(), overwrite))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The change feed of a branch (``option("table", "changes")``, see spark/changes.py)."""
+        from .changes import ChangesStreamReader  # it imports this module's schema check
+
+        return ChangesStreamReader(self.options, schema)
 
 
 def _planning_with_pushdown() -> bool:
