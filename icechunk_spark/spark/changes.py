@@ -29,7 +29,6 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxFiles,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
 
 from ..core.branches import DEFAULT_BRANCH
 from ..core.refs import read_latest_state
@@ -96,6 +95,22 @@ def resolve_snapshot(state: State, name: str, option: str) -> str:
     )
 
 
+def stream_table(options: Mapping[str, str]) -> str:
+    """The table a stream reads: ``changes``, the only one that changes over time.
+
+    Raises:
+        InvalidInputError: option ``table`` is not ``changes`` (or missing).
+    """
+    table = (get(options, "table") or "").lower()
+    if table != TABLE:
+        raise InvalidInputError(
+            "spark.readStream.format('icechunk') streams the change feed: add "
+            ".option('table', 'changes') (Spark asks for the schema before it says whether "
+            f"it reads a batch or a stream; table={table or 'chunks'!r} is batch only)"
+        )
+    return table
+
+
 @dataclass(frozen=True)
 class ChangesPartition(InputPartition):
     """One snapshot's changes, or the share of them whose node id falls in ``shard``."""
@@ -123,13 +138,6 @@ def read_changes(
     yield from table.to_batches(max_chunksize=_BATCH_ROWS)
 
 
-def _arrow_schema(schema: StructType) -> pa.Schema:
-    # Imported here: source imports this module lazily, and holds the schema check.
-    from .source import checked_schema
-
-    return checked_schema(TABLE, schema)
-
-
 class ChangesReader(DataSourceReader):
     """The ``changes`` table: the changes of the snapshots in ``(from, to]``.
 
@@ -137,9 +145,9 @@ class ChangesReader(DataSourceReader):
     resolved when the query is planned, so every partition reads the same snapshots.
     """
 
-    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: pa.Schema) -> None:
         self._options = FeedOptions.parse(options)
-        self._arrow_schema = _arrow_schema(schema)
+        self._arrow_schema = schema
         self._steps = self._pin(options)
 
     def _pin(self, options: Mapping[str, str]) -> list[feed.Step]:
@@ -176,16 +184,10 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     fails with ``HistoryRewrittenError`` rather than skip or repeat changes.
     """
 
-    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        table = (get(options, "table") or "").lower()
-        if table != TABLE:
-            raise InvalidInputError(
-                "spark.readStream.format('icechunk') streams the change feed: add "
-                ".option('table', 'changes') (Spark asks for the schema before it says whether "
-                f"it reads a batch or a stream; table={table or 'chunks'!r} is batch only)"
-            )
+    def __init__(self, options: Mapping[str, str], schema: pa.Schema) -> None:
+        stream_table(options)
         self._options = FeedOptions.parse(options)
-        self._arrow_schema = _arrow_schema(schema)
+        self._arrow_schema = schema
         self._starting = get(options, "starting") or LATEST
         max_snapshots = get(options, "max_snapshots_per_trigger")
         self._max_snapshots = (
@@ -262,4 +264,5 @@ __all__ = [
     "plan",
     "read_changes",
     "resolve_snapshot",
+    "stream_table",
 ]

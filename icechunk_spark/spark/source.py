@@ -39,6 +39,7 @@ from ..errors import InvalidInputError
 from ..format.keys import MANIFESTS_PREFIX, object_id
 from ..format.paths import normalize_path
 from . import scan, tables
+from .changes import ChangesReader, ChangesStreamReader, stream_table
 from .coordinator import abort_write, commit_staged
 from .options import ReadTarget, RepoOptions, get, get_int, read_target, repo_options
 from .plan import WritePlan, make_plan
@@ -76,9 +77,7 @@ class IcechunkDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         table = self._table()
         if table == "changes":
-            from .changes import ChangesReader  # it imports this module's schema check
-
-            return ChangesReader(self.options, schema)
+            return ChangesReader(self.options, checked_schema(table, schema))
         if table != "chunks":
             return MetadataReader(table, self.options, schema)
         # Spark refuses a reader defining pushFilters unless
@@ -93,9 +92,8 @@ class IcechunkDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """The change feed of a branch (``option("table", "changes")``, see spark/changes.py)."""
-        from .changes import ChangesStreamReader  # it imports this module's schema check
-
-        return ChangesStreamReader(self.options, schema)
+        table = stream_table(self.options)  # before the schema check: says what to add
+        return ChangesStreamReader(self.options, checked_schema(table, schema))
 
 
 def _planning_with_pushdown() -> bool:
