@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -31,7 +32,7 @@ def short(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 @pytest.fixture
 def repo() -> Repository:
-    repo = Repository.create("memory://feed-" + str(id(object())))
+    repo = Repository.create(f"memory://feed-{uuid.uuid4().hex}")
     session = repo.writable_session("main")
     session.create_group("/")
     session.create_array("/a", shape=(4, 4), chunk_shape=(2, 2), dtype="uint8")
@@ -117,3 +118,34 @@ def test_offsets_round_trip_and_refuse_others() -> None:
     assert feed.Position.from_offset(feed.BEFORE_HISTORY.to_offset()) == feed.BEFORE_HISTORY
     with pytest.raises(InvalidInputError, match="not an icechunk change feed offset"):
         feed.Position.from_offset({"offset": 3})
+
+
+def test_overwrite_is_a_recreated_array_with_its_chunks(repo: Repository) -> None:
+    session = repo.writable_session("main")
+    session.set_chunk("/a", (0, 0), b"\x01" * 4)
+    first = session.commit("write")
+    session = repo.writable_session("main")
+    doc = session.get_node("/a").zarr_json
+    session.ensure_array("/a", doc, recreate=True)  # what a Spark overwrite does
+    session.add_staged_refs("/a", stage(repo, "/a", {(1, 1): b"new"}))
+    session.commit("overwrite")
+    assert sorted(short(changes(repo, feed.Position(first, 2)))) == [
+        (3, "delete_node", "/a", None),
+        (3, "new_array", "/a", None),
+        (3, "set", "/a", [1, 1]),
+    ]
+
+
+def test_shards_split_a_snapshot_by_node(repo: Repository) -> None:
+    session = repo.writable_session("main")
+    session.create_array("/b", shape=(2,), chunk_shape=(1,), dtype="uint8")
+    session.set_chunk("/a", (0, 0), b"\x01" * 4)
+    session.set_chunk("/b", (1,), b"\x02")
+    session.commit("two arrays")
+    state = repo.state()
+    step = feed.steps_after(state, feed.BEFORE_HISTORY, state.branch("main").snapshot_id)[-1]
+    cache = ManifestCache(repo.storage)
+    whole = feed.snapshot_changes(repo.storage, cache, step).to_pylist()
+    shares = [feed.snapshot_changes(repo.storage, cache, step, i, 3).to_pylist() for i in range(3)]
+    assert sorted(map(str, whole)) == sorted(str(r) for share in shares for r in share)
+    assert len(whole) == 3  # new_array /b, /a (0, 0), /b (1,)
