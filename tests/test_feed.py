@@ -149,3 +149,28 @@ def test_shards_split_a_snapshot_by_node(repo: Repository) -> None:
     shares = [feed.snapshot_changes(repo.storage, cache, step, i, 3).to_pylist() for i in range(3)]
     assert sorted(map(str, whole)) == sorted(str(r) for share in shares for r in share)
     assert len(whole) == 3  # new_array /b, /a (0, 0), /b (1,)
+
+
+def test_range_compare_reads_only_rewritten_manifests() -> None:
+    config = {
+        "manifests": {
+            "chunk-manifests": {"sets": [{"default": {"max-manifest-size": 10}}], "rules": []}
+        }
+    }
+    repo = Repository.create(f"memory://feed-{uuid.uuid4().hex}", config=config)
+    session = repo.writable_session("main")
+    session.create_array("/big", shape=(40, 1), chunk_shape=(1, 1), dtype="uint8")
+    session.add_staged_refs("/big", stage(repo, "/big", {(i, 0): bytes([i]) for i in range(40)}))
+    first = session.commit("40 refs in pieces of 10")
+    session = repo.writable_session("main")
+    session.add_staged_refs("/big", stage(repo, "/big", {(3, 0): b"x", (5, 0): b"y"}))
+    session.commit("two refs of one piece")
+    pieces = len(repo.readonly_session("main").get_node("/big").manifests)
+    assert pieces >= 4
+
+    state = repo.state()
+    step = feed.steps_after(state, feed.Position(first, 1), state.branch("main").snapshot_id)[0]
+    cache = ManifestCache(repo.storage)
+    rows = feed.snapshot_changes(repo.storage, cache, step).to_pylist()
+    assert [(r["change"], r["coord"]) for r in rows] == [("set", [3, 0]), ("set", [5, 0])]
+    assert cache.fetches == 2  # the rewritten piece, and the piece it replaced

@@ -40,7 +40,7 @@ from ..core.snapshot import ManifestCache, SnapshotView
 from ..errors import HistoryRewrittenError, InvalidInputError, NotFoundError
 from ..format.coords import coord_keys, decode_coords, keys_to_coords
 from ..format.keys import txlog_key
-from ..format.manifest import conform_refs, is_tombstone, merge_refs
+from ..format.manifest import conform_refs, empty_refs, is_tombstone, merge_refs
 from ..format.state import SnapshotInfo, State
 from ..format.structure import ManifestRef, Node
 from ..format.txlog import ChangeKind, Extent, TransactionLog, decode_txlog
@@ -207,9 +207,7 @@ def snapshot_changes(
         if node.id in listed:
             layers.append(_listed_changes(new, node, listed[node.id]))
         if node.id in ranges:
-            extent = ranges[node.id]
-            old = parent.array_refs(node, extent)
-            layers.append(_range_changes(refs_within(new, node, extent), old, node.meta.ndim))
+            layers.append(_range_layer(new, parent, node, ranges[node.id]))
         refs = merge_refs(layers, node.meta.ndim, drop_tombstones=False)
         tables.append(_chunk_rows(step, node.path, node.meta.ndim, refs))
     return pa.concat_tables(tables)
@@ -239,20 +237,41 @@ class _ParentView:
         self._storage = storage
         self._step = step
         self._manifests = manifests
-        self._view: SnapshotView | None = None
+        self._loaded: tuple[SnapshotView, dict[int, Node]] | None = None
 
-    def array_refs(self, node: Node, extent: Extent | None) -> pa.Table:
-        """The parent's refs of the node with ``node``'s id (none if it had no such node)."""
+    def array(self, like: Node) -> tuple[SnapshotView, Node] | None:
+        """The parent's array with ``like``'s node id and dimensions, if it had one."""
         if self._step.parent_structure_file is None:
-            return conform_refs(pa.table({"coord": pa.array([], pa.binary())}))
-        if self._view is None:
-            self._view = SnapshotView.load(
+            return None
+        if self._loaded is None:
+            view = SnapshotView.load(
                 self._storage, "parent", self._step.parent_structure_file, self._manifests
             )
-        old = next((n for n in self._view.nodes.values() if n.id == node.id), None)
-        if old is None or old.meta is None or node.meta is None or old.meta.ndim != node.meta.ndim:
-            return conform_refs(pa.table({"coord": pa.array([], pa.binary())}))
-        return refs_within(self._view, old, extent)
+            self._loaded = (view, {n.id: n for n in view.nodes.values() if n.type == "array"})
+        view, arrays = self._loaded
+        old = arrays.get(like.id)
+        if old is None or old.meta is None or like.meta is None or old.meta.ndim != like.meta.ndim:
+            return None
+        return view, old
+
+
+def _range_layer(
+    new: SnapshotView, parent: _ParentView, node: Node, extent: Extent | None
+) -> pa.Table:
+    """The exact changes of a write logged as a range: refs compared with the parent's."""
+    assert node.meta is not None
+    found = parent.array(node)
+    # Manifests are immutable and a coord lives in one manifest of a snapshot: a manifest that
+    # both snapshots list for the array holds the same refs in both, so only the others are
+    # read and compared (an append reads its new pieces, not the whole array).
+    shared: frozenset[str] = frozenset()
+    if found is not None:
+        shared = frozenset(m.manifest_id for m in node.manifests) & frozenset(
+            m.manifest_id for m in found[1].manifests
+        )
+    new_refs = refs_within(new, node, extent, shared)
+    old_refs = empty_refs() if found is None else refs_within(*found, extent, shared)
+    return _range_changes(new_refs, old_refs, node.meta.ndim)
 
 
 def overlaps(a: Extent, b: Extent | None) -> bool:
@@ -262,11 +281,17 @@ def overlaps(a: Extent, b: Extent | None) -> bool:
     return all(alo < bhi and blo < ahi for (alo, ahi), (blo, bhi) in zip(a, b, strict=False))
 
 
-def refs_within(view: SnapshotView, node: Node, extent: Extent | None) -> pa.Table:
-    """The array's refs inside ``extent`` (``None``: all), sorted by coord, one per coord."""
+def refs_within(
+    view: SnapshotView, node: Node, extent: Extent | None, skip: frozenset[str] = frozenset()
+) -> pa.Table:
+    """The array's refs inside ``extent`` (``None``: all), sorted by coord, one per coord,
+    from its manifests other than those in ``skip``."""
     assert node.meta is not None
     ndim = node.meta.ndim
-    wanted: Callable[[ManifestRef], bool] = lambda m: overlaps(m.extent, extent)  # noqa: E731
+
+    def wanted(m: ManifestRef) -> bool:
+        return m.manifest_id not in skip and overlaps(m.extent, extent)
+
     refs = merge_refs(view.array_refs(node, wanted), ndim)
     if not extent or refs.num_rows == 0:
         return refs
