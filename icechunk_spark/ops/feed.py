@@ -27,7 +27,7 @@ Pure of Spark: the data source in ``spark/changes.py`` plans ``Step``s on the dr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,16 +186,29 @@ def snapshot_changes(
     Raises:
         NotFoundError: the snapshot's transaction log is missing (it is not the first one).
     """
+    tables = list(iter_snapshot_changes(storage, manifests, step, shard, shards))
+    return pa.concat_tables(tables) if tables else CHANGES.empty_table()
+
+
+def iter_snapshot_changes(
+    storage: Storage,
+    manifests: ManifestCache,
+    step: Step,
+    shard: int = 0,
+    shards: int = 1,
+) -> Iterator[pa.Table]:
+    """``snapshot_changes`` one table at a time (node rows, then one array's chunk rows), so
+    a reader holds the refs of one array at a time."""
     log = _read_log(storage, step)
     if log is None:
-        return CHANGES.empty_table()
+        return
     new = SnapshotView.load(storage, step.snapshot_id, step.structure_file, manifests)
     parent = _ParentView(storage, step, manifests)
 
     def mine(node_id: int) -> bool:
         return node_id % shards == shard
 
-    tables = [_node_rows(step, log, mine)]
+    yield _node_rows(step, log, mine)
     arrays = {n.id: n for n in new.nodes.values() if n.type == "array"}
     ranges = {c.node_id: c.extent for c in log.nodes if c.kind in _RANGE_KINDS and mine(c.node_id)}
     listed = {i: c for i, c in log.chunk_coords_by_node().items() if mine(i)}
@@ -209,8 +222,7 @@ def snapshot_changes(
         if node.id in ranges:
             layers.append(_range_layer(new, parent, node, ranges[node.id]))
         refs = merge_refs(layers, node.meta.ndim, drop_tombstones=False)
-        tables.append(_chunk_rows(step, node.path, node.meta.ndim, refs))
-    return pa.concat_tables(tables)
+        yield _chunk_rows(step, node.path, node.meta.ndim, refs)
 
 
 def _path(node: Node) -> str:
@@ -420,6 +432,7 @@ __all__ = [
     "SET",
     "Position",
     "Step",
+    "iter_snapshot_changes",
     "lineage",
     "overlaps",
     "position_of",

@@ -131,11 +131,12 @@ def read_changes(
     if not isinstance(partition, ChangesPartition):
         return  # no snapshots: Spark plans one placeholder partition, which holds nothing
     storage = repo.storage()
-    table = feed.snapshot_changes(
+    tables = feed.iter_snapshot_changes(
         storage, ManifestCache(storage), partition.step, partition.shard, partition.shards
     )
-    table = table.select(schema.names).cast(schema)
-    yield from table.to_batches(max_chunksize=_BATCH_ROWS)
+    for table in tables:
+        narrowed = table.select(schema.names).cast(schema)
+        yield from narrowed.to_batches(max_chunksize=_BATCH_ROWS)
 
 
 class ChangesReader(DataSourceReader):
