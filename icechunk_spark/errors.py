@@ -6,6 +6,7 @@
     ├── ConflictError            a commit overlaps changes another writer committed first
     ├── CommitStateUnknownError  storage could not say whether a commit landed (look it up)
     ├── StaleSessionError        GC deleted objects a session wrote before it could commit
+    ├── HistoryRewrittenError    a branch no longer holds a snapshot a change feed had reached
     ├── NotFoundError(KeyError)  a branch, tag, snapshot, node, chunk or object does not exist
     ├── AlreadyExistsError       a repository, tag, branch or node of that name exists already
     ├── InvalidInputError(ValueError)  the caller passed something we cannot accept
@@ -173,6 +174,16 @@ class StaleSessionError(IcechunkSparkError):
     """
 
 
+class HistoryRewrittenError(IcechunkSparkError):
+    """A branch no longer holds a snapshot that a change feed had read up to.
+
+    The branch was reset to other history (or that snapshot expired), so the changes after it
+    can be neither listed without gaps nor skipped without loss. Nothing was read: start the
+    stream again with a new checkpoint and option ``starting``, or read the ``changes`` table
+    between two snapshots that are still in the branch's history.
+    """
+
+
 class FormatError(IcechunkSparkError):
     """A repository file is truncated, corrupt, or written by an unknown format version."""
 
@@ -250,6 +261,7 @@ __all__ = [
     "ForkConflictError",
     "ForkError",
     "FormatError",
+    "HistoryRewrittenError",
     "IcechunkSparkError",
     "InvalidInputError",
     "NotFoundError",

@@ -157,14 +157,23 @@ def count_changed_refs(a: pa.Table, b: pa.Table, ndim: int) -> int:
     keys_a = coord_keys(a.column("coord"), ndim)
     keys_b = coord_keys(b.column("coord"), ndim)
     common, idx_a, idx_b = np.intersect1d(keys_a, keys_b, assume_unique=True, return_indices=True)
-    both_a = a.take(pa.array(idx_a))
-    both_b = b.take(pa.array(idx_b))
-    same = np.ones(len(common), dtype=bool)
+    same = same_refs(a.take(pa.array(idx_a)), b.take(pa.array(idx_b)))
+    return len(keys_a) + len(keys_b) - len(common) - int(same.sum())
+
+
+def same_refs(a: pa.Table, b: pa.Table) -> np.ndarray:
+    """Per row, whether two ref tables of equal length point at the same bytes.
+
+    A ref's identity is its inline bytes, chunk file, or virtual path, with offset, length and
+    (virtual) checksum: a rewritten chunk always gets a new chunk file, so equal identity means
+    the chunk was not written again.
+    """
+    same = np.ones(a.num_rows, dtype=bool)
     for name in _LOCATION_COLUMNS:
-        x, y = both_a.column(name), both_b.column(name)
+        x, y = a.column(name), b.column(name)
         equal = pc.or_(pc.fill_null(pc.equal(x, y), False), pc.and_(pc.is_null(x), pc.is_null(y)))
         same &= np.asarray(equal.to_numpy(zero_copy_only=False), dtype=bool)
-    return len(keys_a) + len(keys_b) - len(common) - int(same.sum())
+    return same
 
 
 def expire_snapshots(
@@ -271,4 +280,12 @@ def utc_ms(when: datetime, name: str) -> int:
     return int(when.timestamp() * 1000)
 
 
-__all__ = ["Diff", "count_changed_refs", "diff", "expire_snapshots", "expire_state", "utc_ms"]
+__all__ = [
+    "Diff",
+    "count_changed_refs",
+    "diff",
+    "expire_snapshots",
+    "expire_state",
+    "same_refs",
+    "utc_ms",
+]

@@ -20,6 +20,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamReader,
     EqualTo,
     Filter,
     GreaterThan,
@@ -38,6 +39,7 @@ from ..errors import InvalidInputError
 from ..format.keys import MANIFESTS_PREFIX, object_id
 from ..format.paths import normalize_path
 from . import scan, tables
+from .changes import ChangesReader, ChangesStreamReader, stream_table
 from .coordinator import abort_write, commit_staged
 from .options import ReadTarget, RepoOptions, get, get_int, read_target, repo_options
 from .plan import WritePlan, make_plan
@@ -61,7 +63,7 @@ def spark_schema(table: str) -> StructType:
 
 class IcechunkDataSource(DataSource):
     """``format("icechunk")``: tables ``chunks`` (default), ``snapshots``, ``refs``, ``nodes``,
-    ``manifests``; writes of virtual refs or raw chunk data."""
+    ``manifests``, ``changes`` (also as a stream); writes of virtual refs or raw chunk data."""
 
     @classmethod
     def name(cls) -> str:
@@ -75,6 +77,8 @@ class IcechunkDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         table = self._table()
+        if table == "changes":
+            return ChangesReader(self.options, checked_schema(table, schema))
         if table != "chunks":
             return MetadataReader(table, self.options, schema)
         # Spark refuses a reader defining pushFilters unless
@@ -93,6 +97,11 @@ class IcechunkDataSource(DataSource):
                 "the icechunk stream sink appends: use outputMode('append'), not 'complete'"
             )
         return IcechunkStreamWriter(self.options, schema.fieldNames())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The change feed of a branch (``option("table", "changes")``, see spark/changes.py)."""
+        table = stream_table(self.options)  # before the schema check: says what to add
+        return ChangesStreamReader(self.options, checked_schema(table, schema))
 
 
 def _planning_with_pushdown() -> bool:

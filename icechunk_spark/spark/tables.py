@@ -19,6 +19,7 @@ from ..format.coords import decode_coords
 from ..format.manifest import STAT_FIELDS, with_inline_lengths
 from ..format.state import SnapshotInfo, State
 from ..format.structure import Node
+from ..ops.feed import CHANGES
 
 
 def _list_of(value_type: pa.DataType) -> pa.DataType:
@@ -80,6 +81,7 @@ SCHEMAS: Mapping[str, pa.Schema] = {
     "refs": REFS,
     "nodes": NODES,
     "manifests": MANIFESTS,
+    "changes": CHANGES,  # the change feed (spark/changes.py)
 }
 
 

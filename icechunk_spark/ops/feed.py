@@ -1,0 +1,442 @@
+"""The change feed: what each snapshot of a branch's history changed, as rows.
+
+**History and positions.** A branch's history is its first-parent ancestry, oldest first; a
+snapshot's *seq* is its index there (the oldest listed snapshot has seq 0). A ``Position``
+names the last snapshot already read, or none (``BEFORE_HISTORY``: nothing read yet). The
+changes between a position and an end snapshot are those of the snapshots in
+``(position, end]``, git's ``A..B``: the position itself is excluded, the end included. Both
+the Spark stream (offsets are positions) and the ``changes`` table (``from``/``to``) use
+``steps_after``, so they list the same snapshots.
+
+**Rows of one snapshot** come from its transaction log (docs/format.md), and, for chunks, the
+refs of the snapshot and of its parent:
+
+* node entries ``new_group``, ``new_array``, ``update_metadata``, ``delete_node``: one row
+  each, ``change`` the entry's kind, ``coord`` null. A deleted node's chunks get no rows of
+  their own: its ``delete_node`` row says they are gone.
+* listed coords: ``set`` with the snapshot's ref, or ``delete`` where the snapshot has none.
+* ``write_chunk_range`` (a staged Spark write lists only a box of coords) and
+  ``replace_chunks`` (attached manifests: the whole array): exact coords, found by comparing
+  the refs inside the box (or the whole array) with the parent snapshot's. Refs that are new
+  or point at other bytes (``history.same_refs``) are ``set``; coords the parent had a ref for
+  and the snapshot has not are ``delete``.
+
+Pure of Spark: the data source in ``spark/changes.py`` plans ``Step``s on the driver and calls
+``snapshot_changes`` on executors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..core.branches import walk
+from ..core.snapshot import ManifestCache, SnapshotView
+from ..errors import HistoryRewrittenError, InvalidInputError, NotFoundError
+from ..format.coords import coord_keys, decode_coords, keys_to_coords
+from ..format.keys import txlog_key
+from ..format.manifest import conform_refs, empty_refs, is_tombstone, merge_refs
+from ..format.state import SnapshotInfo, State
+from ..format.structure import ManifestRef, Node
+from ..format.txlog import ChangeKind, Extent, TransactionLog, decode_txlog
+from ..storage import Storage
+from .history import same_refs
+
+CHANGES = pa.schema(
+    [
+        ("snapshot", pa.string()),
+        ("seq", pa.int64()),
+        ("time", pa.timestamp("us", tz="UTC")),
+        ("change", pa.string()),
+        ("path", pa.string()),
+        ("coord", pa.list_(pa.field("element", pa.int64()))),
+        ("kind", pa.string()),
+        ("location", pa.string()),
+        ("offset", pa.int64()),
+        ("length", pa.int64()),
+    ]
+)
+SET = "set"
+DELETE = "delete"
+# Node entries that become rows of their own; the other two kinds become chunk rows.
+NODE_ROW_KINDS = frozenset(
+    {
+        ChangeKind.NEW_GROUP,
+        ChangeKind.NEW_ARRAY,
+        ChangeKind.UPDATE_METADATA,
+        ChangeKind.DELETE_NODE,
+    }
+)
+_RANGE_KINDS = frozenset({ChangeKind.WRITE_CHUNK_RANGE, ChangeKind.REPLACE_CHUNKS})
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a feed has read up to: the last snapshot read (``None``: none yet) and its seq."""
+
+    snapshot_id: str | None
+    seq: int
+
+    def to_offset(self) -> dict[str, Any]:
+        """As a Spark streaming offset (JSON-able)."""
+        return {"snapshot": self.snapshot_id, "seq": self.seq}
+
+    @classmethod
+    def from_offset(cls, offset: Mapping[str, Any]) -> Position:
+        """Back from ``to_offset``.
+
+        Raises:
+            InvalidInputError: not an offset of this feed (a checkpoint of another source).
+        """
+        snapshot, seq = offset.get("snapshot"), offset.get("seq")
+        if not (snapshot is None or isinstance(snapshot, str)) or not isinstance(seq, int):
+            raise InvalidInputError(
+                f"offset {dict(offset)!r} is not an icechunk change feed offset "
+                '({"snapshot": id, "seq": n}); was the checkpoint written by another source?'
+            )
+        return cls(snapshot, seq)
+
+
+BEFORE_HISTORY = Position(None, -1)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One snapshot whose changes the feed reads, with the files needed to read them."""
+
+    snapshot_id: str
+    seq: int
+    timestamp_ms: int
+    structure_file: str
+    parent_structure_file: str | None  # None: the oldest listed snapshot
+
+
+def lineage(state: State, tip: str) -> list[SnapshotInfo]:
+    """The first-parent ancestry of ``tip``, oldest first (index = seq).
+
+    Raises:
+        HistoryRewrittenError: ``tip`` is not listed (expired, or never was).
+    """
+    if tip not in state.snapshots:
+        raise HistoryRewrittenError(
+            f"snapshot {tip!r} is no longer in the repository (expired): its changes cannot be "
+            "read. Start again from a snapshot that is still listed"
+        )
+    return list(reversed(list(walk(state, tip))))
+
+
+def position_of(line: list[SnapshotInfo], snapshot_id: str, where: str) -> Position:
+    """The position of ``snapshot_id`` in ``line``.
+
+    Raises:
+        HistoryRewrittenError: it is not there (``where`` names the history, for the message).
+    """
+    for seq, info in enumerate(line):
+        if info.id == snapshot_id:
+            return Position(snapshot_id, seq)
+    raise HistoryRewrittenError(
+        f"snapshot {snapshot_id!r} is no longer in the history of {where}: it was reset to "
+        "other history, or the snapshot expired. Changes after it can be neither listed "
+        "without gaps nor skipped without loss; restart the stream with a new checkpoint and "
+        "option 'starting', or read the changes table between snapshots still in the history"
+    )
+
+
+def steps_after(state: State, start: Position, end_id: str, where: str = "") -> list[Step]:
+    """The snapshots in ``(start, end]`` along ``end``'s first parents, oldest first.
+
+    Raises:
+        HistoryRewrittenError: ``end`` is not listed, or ``start`` is not one of its ancestors.
+    """
+    line = lineage(state, end_id)
+    first = 0
+    if start.snapshot_id is not None:
+        first = position_of(line, start.snapshot_id, where or f"snapshot {end_id}").seq + 1
+    return [
+        Step(
+            snapshot_id=line[seq].id,
+            seq=seq,
+            timestamp_ms=line[seq].timestamp_ms,
+            structure_file=line[seq].structure_file,
+            parent_structure_file=line[seq - 1].structure_file if seq > 0 else None,
+        )
+        for seq in range(first, len(line))
+    ]
+
+
+# -- the rows of one snapshot -------------------------------------------------------------
+
+
+def snapshot_changes(
+    storage: Storage,
+    manifests: ManifestCache,
+    step: Step,
+    shard: int = 0,
+    shards: int = 1,
+) -> pa.Table:
+    """The change rows (schema ``CHANGES``) of one snapshot: node rows in log order, then chunk
+    rows by path and coord. Only nodes with ``node_id % shards == shard``, so several tasks
+    can share one big snapshot.
+
+    Raises:
+        NotFoundError: the snapshot's transaction log is missing (it is not the first one).
+    """
+    tables = list(iter_snapshot_changes(storage, manifests, step, shard, shards))
+    return pa.concat_tables(tables) if tables else CHANGES.empty_table()
+
+
+def iter_snapshot_changes(
+    storage: Storage,
+    manifests: ManifestCache,
+    step: Step,
+    shard: int = 0,
+    shards: int = 1,
+) -> Iterator[pa.Table]:
+    """``snapshot_changes`` one table at a time (node rows, then one array's chunk rows), so
+    a reader holds the refs of one array at a time."""
+    log = _read_log(storage, step)
+    if log is None:
+        return
+    new = SnapshotView.load(storage, step.snapshot_id, step.structure_file, manifests)
+    parent = _ParentView(storage, step, manifests)
+
+    def mine(node_id: int) -> bool:
+        return node_id % shards == shard
+
+    yield _node_rows(step, log, mine)
+    arrays = {n.id: n for n in new.nodes.values() if n.type == "array"}
+    ranges = {c.node_id: c.extent for c in log.nodes if c.kind in _RANGE_KINDS and mine(c.node_id)}
+    listed = {i: c for i, c in log.chunk_coords_by_node().items() if mine(i)}
+    # A node deleted by this very snapshot has no refs to report (its delete_node row says it).
+    changed = sorted((arrays[i] for i in set(ranges) | set(listed) if i in arrays), key=_path)
+    for node in changed:
+        assert node.meta is not None
+        layers = []
+        if node.id in listed:
+            layers.append(_listed_changes(new, node, listed[node.id]))
+        if node.id in ranges:
+            layers.append(_range_layer(new, parent, node, ranges[node.id]))
+        refs = merge_refs(layers, node.meta.ndim, drop_tombstones=False)
+        yield _chunk_rows(step, node.path, node.meta.ndim, refs)
+
+
+def _path(node: Node) -> str:
+    return node.path
+
+
+def _read_log(storage: Storage, step: Step) -> TransactionLog | None:
+    key = txlog_key(step.snapshot_id)
+    try:
+        data = storage.get(key)
+    except NotFoundError:
+        # The repository's initial (empty) snapshot is the one snapshot without a log; any
+        # other missing log is damage, and skipping it would hide changes.
+        if step.parent_structure_file is None:
+            return None
+        raise
+    return decode_txlog(data, key)
+
+
+class _ParentView:
+    """The parent snapshot, loaded only when a range write needs its refs."""
+
+    def __init__(self, storage: Storage, step: Step, manifests: ManifestCache) -> None:
+        self._storage = storage
+        self._step = step
+        self._manifests = manifests
+        self._loaded: tuple[SnapshotView, dict[int, Node]] | None = None
+
+    def array(self, like: Node) -> tuple[SnapshotView, Node] | None:
+        """The parent's array with ``like``'s node id and dimensions, if it had one."""
+        if self._step.parent_structure_file is None:
+            return None
+        if self._loaded is None:
+            view = SnapshotView.load(
+                self._storage, "parent", self._step.parent_structure_file, self._manifests
+            )
+            self._loaded = (view, {n.id: n for n in view.nodes.values() if n.type == "array"})
+        view, arrays = self._loaded
+        old = arrays.get(like.id)
+        if old is None or old.meta is None or like.meta is None or old.meta.ndim != like.meta.ndim:
+            return None
+        return view, old
+
+
+def _range_layer(
+    new: SnapshotView, parent: _ParentView, node: Node, extent: Extent | None
+) -> pa.Table:
+    """The exact changes of a write logged as a range: refs compared with the parent's."""
+    assert node.meta is not None
+    found = parent.array(node)
+    # Manifests are immutable and a coord lives in one manifest of a snapshot: a manifest that
+    # both snapshots list for the array holds the same refs in both, so only the others are
+    # read and compared (an append reads its new pieces, not the whole array).
+    shared: frozenset[str] = frozenset()
+    if found is not None:
+        shared = frozenset(m.manifest_id for m in node.manifests) & frozenset(
+            m.manifest_id for m in found[1].manifests
+        )
+    new_refs = refs_within(new, node, extent, shared)
+    old_refs = empty_refs() if found is None else refs_within(*found, extent, shared)
+    return _range_changes(new_refs, old_refs, node.meta.ndim)
+
+
+def overlaps(a: Extent, b: Extent | None) -> bool:
+    """Whether two extents share a chunk; an empty or missing extent is unbounded."""
+    if not a or not b:
+        return True
+    return all(alo < bhi and blo < ahi for (alo, ahi), (blo, bhi) in zip(a, b, strict=False))
+
+
+def refs_within(
+    view: SnapshotView, node: Node, extent: Extent | None, skip: frozenset[str] = frozenset()
+) -> pa.Table:
+    """The array's refs inside ``extent`` (``None``: all), sorted by coord, one per coord,
+    from its manifests other than those in ``skip``."""
+    assert node.meta is not None
+    ndim = node.meta.ndim
+
+    def wanted(m: ManifestRef) -> bool:
+        return m.manifest_id not in skip and overlaps(m.extent, extent)
+
+    refs = merge_refs(view.array_refs(node, wanted), ndim)
+    if not extent or refs.num_rows == 0:
+        return refs
+    coords = decode_coords(refs.column("coord"), ndim)
+    lo = np.array([d[0] for d in extent])
+    hi = np.array([d[1] for d in extent])
+    inside = np.all((coords >= lo) & (coords < hi), axis=1)
+    return refs.filter(pa.array(inside))
+
+
+def _tombstones(coords: pa.Array) -> pa.Table:
+    """Ref rows saying "no ref here" (every location null) at ``coords``."""
+    return conform_refs(pa.table({"coord": coords}))
+
+
+def _listed_changes(view: SnapshotView, node: Node, coords: pa.Array) -> pa.Table:
+    """The snapshot's ref at each listed coord, or a tombstone where it has none."""
+    assert node.meta is not None
+    ndim = node.meta.ndim
+    decoded = decode_coords(coords, ndim)
+    box = (
+        tuple((int(lo), int(hi) + 1) for lo, hi in zip(decoded.min(0), decoded.max(0), strict=True))
+        if ndim and len(decoded)
+        else None
+    )
+    refs = refs_within(view, node, box)
+    listed = np.unique(coord_keys(coords, ndim))
+    keys = coord_keys(refs.column("coord"), ndim)
+    found = np.isin(keys, listed)
+    # Later layers win per coord: the refs found replace the tombstones laid under them.
+    return merge_refs(
+        [_tombstones(keys_to_coords(listed)), refs.filter(pa.array(found))],
+        ndim,
+        drop_tombstones=False,
+    )
+
+
+def _range_changes(new: pa.Table, old: pa.Table, ndim: int) -> pa.Table:
+    """Refs of ``new`` that ``old`` lacks or holds differently, and tombstones where ``old``
+    has a ref and ``new`` has none. Both: sorted, one ref per coord (``refs_within``)."""
+    keys_new = coord_keys(new.column("coord"), ndim)
+    keys_old = coord_keys(old.column("coord"), ndim)
+    _, idx_new, idx_old = np.intersect1d(
+        keys_new, keys_old, assume_unique=True, return_indices=True
+    )
+    unchanged = np.zeros(len(keys_new), dtype=bool)
+    if len(idx_new):
+        same = same_refs(new.take(pa.array(idx_new)), old.take(pa.array(idx_old)))
+        unchanged[idx_new[same]] = True
+    gone = np.ones(len(keys_old), dtype=bool)
+    gone[idx_old] = False
+    return merge_refs(
+        [_tombstones(old.column("coord").filter(pa.array(gone))), new.filter(pa.array(~unchanged))],
+        ndim,
+        drop_tombstones=False,
+    )
+
+
+def _constant(value: Any, n: int, type_: pa.DataType) -> pa.Array:
+    return pa.array([value] * n, type_) if n else pa.array([], type_)
+
+
+def _node_rows(step: Step, log: TransactionLog, mine: Callable[[int], bool]) -> pa.Table:
+    entries = [c for c in log.nodes if c.kind in NODE_ROW_KINDS and mine(c.node_id)]
+    n = len(entries)
+    columns = {
+        "change": pa.array([str(c.kind) for c in entries], pa.string()),
+        "path": pa.array([c.path for c in entries], pa.string()),
+    }
+    return _table(step, n, columns)
+
+
+def _chunk_rows(step: Step, path: str, ndim: int, refs: pa.Table) -> pa.Table:
+    """Rows for one array's changed refs (tombstones: deletes), in the refs' coord order."""
+    n = refs.num_rows
+    deleted = is_tombstone(refs)
+    inline = pc.is_valid(refs.column("inline_data"))
+    coords = decode_coords(refs.column("coord"), ndim)
+    offsets = pa.array(np.arange(n + 1, dtype=np.int32) * ndim)
+    kind = pc.if_else(
+        inline,
+        "inline",
+        pc.if_else(pc.is_valid(refs.column("chunk_id")), "native", "virtual"),
+    )
+    columns = {
+        "change": pc.if_else(deleted, DELETE, SET),
+        "path": _constant(path, n, pa.string()),
+        "coord": pa.ListArray.from_arrays(
+            offsets, pa.array(coords.reshape(-1), pa.int64()), type=CHANGES.field("coord").type
+        ),
+        "kind": pc.if_else(deleted, pa.scalar(None, pa.string()), kind),
+        "location": pc.coalesce(refs.column("chunk_id"), refs.column("virtual_path")),
+        "offset": pc.if_else(
+            pc.or_(inline, deleted),
+            pa.scalar(None, pa.int64()),
+            refs.column("offset").cast(pa.int64()),
+        ),
+        "length": pc.if_else(
+            inline,
+            pc.binary_length(refs.column("inline_data")).cast(pa.int64()),
+            refs.column("length").cast(pa.int64()),
+        ),
+    }
+    return _table(step, n, columns)
+
+
+def _table(step: Step, n: int, columns: Mapping[str, Any]) -> pa.Table:
+    """A ``CHANGES`` table of ``n`` rows of ``step``: given columns, the rest null."""
+    fixed = {
+        "snapshot": _constant(step.snapshot_id, n, pa.string()),
+        "seq": _constant(step.seq, n, pa.int64()),
+        "time": _constant(step.timestamp_ms * 1000, n, pa.int64()).cast(CHANGES.field("time").type),
+    }
+    arrays = []
+    for field in CHANGES:
+        value = fixed.get(field.name, columns.get(field.name))
+        arrays.append(pa.nulls(n, field.type) if value is None else value.cast(field.type))
+    return pa.Table.from_arrays(arrays, schema=CHANGES)
+
+
+__all__ = [
+    "BEFORE_HISTORY",
+    "CHANGES",
+    "DELETE",
+    "NODE_ROW_KINDS",
+    "SET",
+    "Position",
+    "Step",
+    "iter_snapshot_changes",
+    "lineage",
+    "overlaps",
+    "position_of",
+    "refs_within",
+    "snapshot_changes",
+    "steps_after",
+]

@@ -1,0 +1,176 @@
+"""The change feed's pure core (``ops.feed``): history positions and the rows of one snapshot."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from icechunk_spark import Repository
+from icechunk_spark.core.snapshot import ManifestCache
+from icechunk_spark.errors import HistoryRewrittenError, InvalidInputError
+from icechunk_spark.ops import feed
+from tests.trust.test_staged_refs import stage
+
+
+def changes(repo: Repository, start: feed.Position = feed.BEFORE_HISTORY) -> list[dict[str, Any]]:
+    """Every row of the feed after ``start`` up to the tip of ``main``, without the time."""
+    state = repo.state()
+    cache = ManifestCache(repo.storage)
+    rows = []
+    for step in feed.steps_after(state, start, state.branch("main").snapshot_id):
+        for row in feed.snapshot_changes(repo.storage, cache, step).to_pylist():
+            del row["time"]
+            rows.append(row)
+    return rows
+
+
+def short(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [(r["seq"], r["change"], r["path"], r["coord"]) for r in rows]
+
+
+@pytest.fixture
+def repo() -> Repository:
+    repo = Repository.create(f"memory://feed-{uuid.uuid4().hex}")
+    session = repo.writable_session("main")
+    session.create_group("/")
+    session.create_array("/a", shape=(4, 4), chunk_shape=(2, 2), dtype="uint8")
+    session.commit("create")
+    return repo
+
+
+def test_listed_chunk_writes_and_deletes(repo: Repository) -> None:
+    session = repo.writable_session("main")
+    session.set_chunk("/a", (0, 0), b"\x01" * 4)
+    session.set_chunk("/a", (1, 1), b"\x02" * 4)
+    first = session.commit("write")
+    session = repo.writable_session("main")
+    session.set_chunk("/a", (0, 0), b"\x03" * 4)
+    session.delete_chunk("/a", (1, 1))
+    second = session.commit("rewrite and delete")
+
+    rows = changes(repo)
+    assert short(rows) == [
+        (1, "new_group", "/", None),
+        (1, "new_array", "/a", None),
+        (2, "set", "/a", [0, 0]),
+        (2, "set", "/a", [1, 1]),
+        (3, "set", "/a", [0, 0]),
+        (3, "delete", "/a", [1, 1]),
+    ]
+    set_row = rows[4]
+    assert set_row["snapshot"] == second
+    assert (set_row["kind"], set_row["length"], set_row["location"]) == ("inline", 4, None)
+    assert rows[5]["kind"] is None and rows[5]["length"] is None
+    # The start is exclusive: after the first write, only the second snapshot's rows.
+    after = changes(repo, feed.Position(first, 2))
+    assert short(after) == short(rows[4:])
+
+
+def test_range_write_yields_exact_coords(repo: Repository) -> None:
+    session = repo.writable_session("main")
+    session.add_staged_refs("/a", stage(repo, "/a", {(0, 0): b"a", (1, 0): b"b", (0, 1): b"x"}))
+    first = session.commit("staged")
+    session = repo.writable_session("main")
+    # (1, 0) again with the same bytes: the same ref, no change; (0, 1) untouched.
+    session.add_staged_refs("/a", stage(repo, "/a", {(1, 0): b"b", (1, 1): b"c", (0, 0): b"z"}))
+    session.commit("staged again")
+
+    rows = changes(repo, feed.Position(first, 2))
+    assert short(rows) == [(3, "set", "/a", [0, 0]), (3, "set", "/a", [1, 1])]
+    first_rows = changes(repo)
+    assert [r["coord"] for r in first_rows if r["seq"] == 2] == [[0, 0], [0, 1], [1, 0]]
+
+
+def test_deleted_array_is_one_node_row(repo: Repository) -> None:
+    session = repo.writable_session("main")
+    session.set_chunk("/a", (0, 0), b"\x01" * 4)
+    first = session.commit("write")
+    session = repo.writable_session("main")
+    session.delete_node("/a")
+    session.commit("delete")
+    assert short(changes(repo, feed.Position(first, 2))) == [(3, "delete_node", "/a", None)]
+
+
+def test_history_positions_and_reset(repo: Repository) -> None:
+    state = repo.state()
+    tip = state.branch("main").snapshot_id
+    line = feed.lineage(state, tip)
+    assert [s.id for s in line][-1] == tip and line[0].parent_id is None
+    assert feed.position_of(line, tip, "main") == feed.Position(tip, 1)
+    # The initial snapshot has no transaction log and no changes.
+    root = feed.steps_after(state, feed.BEFORE_HISTORY, tip)[0]
+    assert feed.snapshot_changes(repo.storage, ManifestCache(repo.storage), root).num_rows == 0
+
+    session = repo.writable_session("main")
+    session.set_chunk("/a", (0, 0), b"\x01" * 4)
+    lost = session.commit("soon reset away")
+    repo.reset_branch("main", tip)
+    state = repo.state()
+    with pytest.raises(HistoryRewrittenError, match="no longer in the history of main"):
+        feed.steps_after(state, feed.Position(lost, 2), tip, "main")
+
+
+def test_offsets_round_trip_and_refuse_others() -> None:
+    position = feed.Position("ABC", 4)
+    assert feed.Position.from_offset(position.to_offset()) == position
+    assert feed.Position.from_offset(feed.BEFORE_HISTORY.to_offset()) == feed.BEFORE_HISTORY
+    with pytest.raises(InvalidInputError, match="not an icechunk change feed offset"):
+        feed.Position.from_offset({"offset": 3})
+
+
+def test_overwrite_is_a_recreated_array_with_its_chunks(repo: Repository) -> None:
+    session = repo.writable_session("main")
+    session.set_chunk("/a", (0, 0), b"\x01" * 4)
+    first = session.commit("write")
+    session = repo.writable_session("main")
+    doc = session.get_node("/a").zarr_json
+    session.ensure_array("/a", doc, recreate=True)  # what a Spark overwrite does
+    session.add_staged_refs("/a", stage(repo, "/a", {(1, 1): b"new"}))
+    session.commit("overwrite")
+    assert sorted(short(changes(repo, feed.Position(first, 2)))) == [
+        (3, "delete_node", "/a", None),
+        (3, "new_array", "/a", None),
+        (3, "set", "/a", [1, 1]),
+    ]
+
+
+def test_shards_split_a_snapshot_by_node(repo: Repository) -> None:
+    session = repo.writable_session("main")
+    session.create_array("/b", shape=(2,), chunk_shape=(1,), dtype="uint8")
+    session.set_chunk("/a", (0, 0), b"\x01" * 4)
+    session.set_chunk("/b", (1,), b"\x02")
+    session.commit("two arrays")
+    state = repo.state()
+    step = feed.steps_after(state, feed.BEFORE_HISTORY, state.branch("main").snapshot_id)[-1]
+    cache = ManifestCache(repo.storage)
+    whole = feed.snapshot_changes(repo.storage, cache, step).to_pylist()
+    shares = [feed.snapshot_changes(repo.storage, cache, step, i, 3).to_pylist() for i in range(3)]
+    assert sorted(map(str, whole)) == sorted(str(r) for share in shares for r in share)
+    assert len(whole) == 3  # new_array /b, /a (0, 0), /b (1,)
+
+
+def test_range_compare_reads_only_rewritten_manifests() -> None:
+    config = {
+        "manifests": {
+            "chunk-manifests": {"sets": [{"default": {"max-manifest-size": 10}}], "rules": []}
+        }
+    }
+    repo = Repository.create(f"memory://feed-{uuid.uuid4().hex}", config=config)
+    session = repo.writable_session("main")
+    session.create_array("/big", shape=(40, 1), chunk_shape=(1, 1), dtype="uint8")
+    session.add_staged_refs("/big", stage(repo, "/big", {(i, 0): bytes([i]) for i in range(40)}))
+    first = session.commit("40 refs in pieces of 10")
+    session = repo.writable_session("main")
+    session.add_staged_refs("/big", stage(repo, "/big", {(3, 0): b"x", (5, 0): b"y"}))
+    session.commit("two refs of one piece")
+    pieces = len(repo.readonly_session("main").get_node("/big").manifests)
+    assert pieces >= 4
+
+    state = repo.state()
+    step = feed.steps_after(state, feed.Position(first, 1), state.branch("main").snapshot_id)[0]
+    cache = ManifestCache(repo.storage)
+    rows = feed.snapshot_changes(repo.storage, cache, step).to_pylist()
+    assert [(r["change"], r["coord"]) for r in rows] == [("set", [3, 0]), ("set", [5, 0])]
+    assert cache.fetches == 2  # the rewritten piece, and the piece it replaced
