@@ -33,15 +33,6 @@ settings.register_profile("ci", derandomize=True, database=None, max_examples=20
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under ``pytest -n 2 --dist loadgroup`` every Spark test runs on one worker: one local
-    SparkSession, Connect server and cluster per run, and no two JVM suites fighting for the
-    machine's two cores. (Without xdist the marker does nothing.)"""
-    for item in items:
-        if item.get_closest_marker("spark") is not None:
-            item.add_marker(pytest.mark.xdist_group("spark"))
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -264,6 +255,20 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _group_spark_tests(items)
+    _keep_emulator_subset(config, items)
+
+
+def _group_spark_tests(items: list[pytest.Item]) -> None:
+    """Under ``pytest -n 2 --dist loadgroup`` every Spark test runs on one worker: one local
+    SparkSession, Connect server and cluster per run, and no two JVM suites fighting for the
+    machine's two cores. (Without xdist the marker does nothing.)"""
+    for item in items:
+        if item.get_closest_marker("spark") is not None:
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
+def _keep_emulator_subset(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get("ICECHUNK_EMULATOR_SUITE") == "full":
         return
     kept, dropped = [], []
