@@ -2,8 +2,9 @@
 
 A run lists the files, keeps the ones the branch does not reference yet, and rebuilds the
 dataset from every file (old and new) in one commit: a file is never ingested twice, and a
-run with nothing new commits nothing. Used by ``jobs/ingest_virtual.py`` (executors scan the
-files) and ``icechunk-spark import`` (threads scan them).
+run with nothing new commits nothing. Used by ``icechunk-spark import`` (threads scan the
+files). ``jobs/ingest_virtual.py`` appends instead of rebuilding (``spark.virtual_ingest``)
+and reads and writes the same record of files, so both work on one repository.
 
 >>> repo, plan = prepare_ingest("file:///repo", "/data/tas_*.nc")           # doctest: +SKIP
 >>> ingest_files(repo, plan, concat_dim="time") if plan.new else None      # doctest: +SKIP
