@@ -1,9 +1,14 @@
 """Ingest NetCDF4/HDF5 files as one virtual dataset: the bytes stay in the files.
 
-Executors scan the files in parallel (kerchunk's HDF5 scanner); the driver concatenates the
-references along a dimension and commits once. Re-running with more files appends them: the
-dataset is rebuilt from every file it already references plus the new ones, so a file is
-never ingested twice and a re-run with nothing new commits nothing.
+Executors scan only the files the dataset does not hold yet (kerchunk's HDF5 scanner) into
+ref rows with file-local chunk coords plus one small summary per file. The driver sees only
+the summaries: it checks the files agree with each other and the dataset, and places them
+after it along --concat-dim (in name order); executors shift the rows into place and the
+commit coordinator commits them as one snapshot. Which files the dataset holds is read from
+the repository (the files its refs point into, plus those the last ingest recorded), so a
+re-run imports only new files, says how many it skipped, and commits nothing when none is
+new. Files that do not agree (another variable, dtype, packing...) are refused; the
+single-process `icechunk-spark import` combines such files by rebuilding the dataset.
 
     spark-submit jobs/ingest_virtual.py --files '/data/tas_*.nc' --repo file:///tmp/tas
     spark-submit jobs/ingest_virtual.py --make-sample demo-data --days 10   # sample files
@@ -20,7 +25,6 @@ from icechunk_spark.core.repository import Repository
 from icechunk_spark.errors import InvalidInputError
 from icechunk_spark.exit import exit_process
 from icechunk_spark.spark.jobs import base_parser, run, spark_session, storage_options
-from icechunk_spark.virtual import ingest_files, prepare_ingest, scan_netcdf
 
 
 def make_sample(folder: str, days: int, first_day: int = 0) -> list[str]:
@@ -83,34 +87,27 @@ def main() -> int:
     def body() -> tuple[Repository, str | None]:
         if not args.files:
             raise InvalidInputError("--files is required (a glob of NetCDF files)")
-        file_options = storage_options(args.files_option)
-        repo, plan = prepare_ingest(
+        from icechunk_spark.spark.virtual_ingest import ingest_virtual
+
+        spark = spark_session("ingest_virtual", args)
+        result = ingest_virtual(
+            spark,
             args.repo,
             args.files,
-            args.branch,
-            container=args.container,
-            file_options=file_options,
-            storage_options=storage_options(args.storage_option),
-        )
-        if not plan.new:
-            print(f"ingest_virtual: no new files among {plan.matched}", file=sys.stderr)
-            return repo, repo.lookup_branch(args.branch)
-        spark = spark_session("ingest_virtual", args)
-        scans = (
-            spark.sparkContext.parallelize(plan.files, min(len(plan.files), 64))
-            .map(lambda url: scan_netcdf(url, storage_options=file_options))
-            .collect()
-        )
-        snapshot = ingest_files(
-            repo,
-            plan,
+            branch=args.branch,
             concat_dim=args.concat_dim,
             group=args.group,
-            file_options=file_options,
-            scans=scans,
+            container=args.container,
+            file_options=storage_options(args.files_option),
+            storage_options=storage_options(args.storage_option),
             message=args.message,
         )
-        return repo, snapshot
+        print(
+            f"ingest_virtual: {len(result.imported)} new files imported, "
+            f"{result.skipped} skipped (already in the dataset)",
+            file=sys.stderr,
+        )
+        return result.repo, result.snapshot
 
     return run("ingest_virtual", body)
 

@@ -83,11 +83,13 @@ def committed_snapshot(repo: Repository, write_id: str) -> str | None:
 
 def stage_into(session: Session, plan: WritePlan, staged: StagedWrite) -> None:
     """Make every array of the write ready, and give the session its staged refs."""
+    for path in sorted(plan.groups):  # an existing group keeps its attributes
+        _ensure_group(session, path, plan.groups[path])
     declared_only = {p for p, t in plan.arrays.items() if not t.exists} - set(staged.arrays)
     for path in sorted({*staged.arrays, *declared_only}):
         target = plan.arrays[path]
         refs = staged.arrays.get(path)
-        min_shape = None
+        min_shape: list[int] | tuple[int, ...] | None = target.final_shape
         if target.grow_axis is not None and refs is not None:
             needed = [0] * target.meta.ndim
             axis = target.grow_axis
@@ -97,6 +99,15 @@ def stage_into(session: Session, plan: WritePlan, staged: StagedWrite) -> None:
         session.ensure_array(path, target.zarr_json, min_shape=min_shape, recreate=recreate)
         if refs is not None:
             session.add_staged_refs(path, refs)
+
+
+def _ensure_group(session: Session, path: str, attributes: Mapping[str, object]) -> None:
+    """Create the group at ``path`` (and missing parents, without attributes) if missing."""
+    parts = [p for p in path.split("/") if p]
+    for depth in range(len(parts) + 1):
+        here = "/" + "/".join(parts[:depth])
+        if session.find_node(here) is None:
+            session.create_group(here, attributes if depth == len(parts) else None)
 
 
 def run_commit(

@@ -45,12 +45,18 @@ def commit_refs(
     append_dim: str | int | None = None,
     on_conflict: str = "fail",
     metadata: Mapping[str, Any] | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    groups: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str | None:
     """Commit the virtual refs in ``df`` (``array``, ``coord``, ``location``, ``offset``,
-    ``length``, optional ``checksum``) as one snapshot on ``branch``.
+    ``length``, optional ``checksum``) as one snapshot on ``branch``. A row may carry its
+    chunk's stored (encoded) bytes in an optional ``inline_data`` column instead of a
+    location (null otherwise): chunks a virtual import copies rather than points at.
 
     ``arrays`` declares arrays to create (``{path: zarr.json dict}``), ``append_dim`` grows
-    shapes to fit the coords, ``mode="overwrite"`` replaces every ref of the arrays in ``df``.
+    shapes to fit the coords (to whole chunks), ``shapes`` (``{path: shape}``) gives arrays
+    their exact new shape instead (only growing them), ``mode="overwrite"`` replaces every
+    ref of the arrays in ``df``; ``groups`` (``{path: attributes}``) creates missing groups.
     Returns the new snapshot id, or ``None`` when ``df`` is empty and nothing was declared.
 
     >>> commit_refs(refs_df, "s3://bucket/repo", message="import")      # doctest: +SKIP
@@ -63,6 +69,7 @@ def commit_refs(
     options: dict[str, Any] = {"branch": branch, "message": message, "metadata": metadata}
     options |= {"storage_options": storage_options, "arrays": arrays}
     options |= {"append_dim": append_dim, "on_conflict": on_conflict}
+    options |= {"shapes": shapes, "groups": groups}
     return _run(df, url, "virtual", mode, options)
 
 

@@ -40,6 +40,9 @@ class ArrayTarget:
     exists: bool
     grow_axis: int | None
     meta: ArrayMeta
+    # Set by the ``shapes`` option: the array ends with exactly this shape (``zarr_json`` and
+    # ``meta`` have it already), and rows must fall inside its grid.
+    final_shape: tuple[int, ...] | None = None
 
     @property
     def grid_shape(self) -> tuple[int, ...]:
@@ -83,6 +86,8 @@ class WritePlan:
     inline_threshold: int = 0
     containers: tuple[str, ...] = ()
     stage_rows: int = DEFAULT_STAGE_ROWS
+    # Groups to create when missing: path -> attributes (a virtual dataset's root attributes).
+    groups: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # The state generation the plan was made from: every object the write creates is younger,
     # which tells the commit whether a garbage collection since could have deleted them.
     base_generation: int = -1
@@ -163,8 +168,14 @@ def make_plan(
     finally:
         repo.close()
     declared = declared_arrays(get(options, "arrays"))
+    shapes = declared_shapes(get(options, "shapes"))
     append_dim = get(options, "append_dim")
     arrays: dict[str, ArrayTarget] = {}
+    unknown = sorted(set(shapes) - set(existing) - set(declared))
+    if unknown:
+        raise InvalidInputError(
+            f"option shapes names {unknown}, which neither exist nor are declared in 'arrays'"
+        )
     for path, zarr_json in {**existing, **declared}.items():
         # An existing array keeps its metadata: a declaration only creates missing arrays
         # (so a job can be re-run as is), but must not contradict the array that is there.
@@ -173,6 +184,9 @@ def make_plan(
         doc_bytes = existing.get(path, zarr_json)
         doc = parse_zarr_json(doc_bytes, path)
         meta = parse_array_meta(doc, path)
+        if path in shapes:
+            arrays[path] = _sized(path, doc, meta, shapes[path], path in existing)
+            continue
         arrays[path] = ArrayTarget(
             path, doc_bytes, path in existing, grow_axis(meta, append_dim), meta
         )
@@ -195,6 +209,7 @@ def make_plan(
         containers=tuple(config.virtual_chunk_containers),
         stage_rows=get_int(options, "stage_rows", DEFAULT_STAGE_ROWS),
         base_generation=state.generation,
+        groups=declared_groups(get(options, "groups")),
     )
 
 
@@ -230,6 +245,59 @@ def declared_arrays(text: str | Mapping[str, Any] | None) -> dict[str, bytes]:
         parse_array_meta(full, path)  # fail on the driver, before any task runs
         out[path] = json.dumps(full).encode()
     return out
+
+
+def declared_groups(text: str | Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The ``groups`` option: ``{path: attributes}`` of groups to create when missing."""
+    if text is None or text == "":
+        return {}
+    parsed = parse_value(text) if isinstance(text, str) else dict(text)
+    if not isinstance(parsed, dict) or not all(isinstance(a, dict) for a in parsed.values()):
+        raise InvalidInputError("option groups must be a JSON object {path: {attributes}}")
+    return {normalize_path(str(p)): dict(a) for p, a in parsed.items()}
+
+
+def declared_shapes(text: str | Mapping[str, Any] | None) -> dict[str, tuple[int, ...]]:
+    """The ``shapes`` option: ``{path: [n, ...]}`` -> normalized path -> shape."""
+    if text is None or text == "":
+        return {}
+    parsed = parse_value(text) if isinstance(text, str) else dict(text)
+    if not isinstance(parsed, dict):
+        raise InvalidInputError("option shapes must be a JSON object {path: [n, ...]}")
+    out = {}
+    for raw_path, shape in parsed.items():
+        path = normalize_path(str(raw_path))
+        if not isinstance(shape, list | tuple) or not all(
+            isinstance(n, int) and n >= 0 for n in shape
+        ):
+            raise InvalidInputError(f"option shapes: {path!r} needs a list of sizes >= 0")
+        out[path] = tuple(int(n) for n in shape)
+    return out
+
+
+def _sized(
+    path: str, doc: dict[str, Any], meta: ArrayMeta, shape: tuple[int, ...], exists: bool
+) -> ArrayTarget:
+    """The target of an array the ``shapes`` option sizes exactly.
+
+    ``append_dim`` grows an array to whole chunks; an append whose length is not a whole
+    number of chunks (a month of days in chunks of 10) gives the exact shape instead.
+    Shapes only grow existing arrays: shrinking one would drop chunks without saying so.
+    """
+    if len(shape) != meta.ndim:
+        raise InvalidInputError(
+            f"option shapes gives {path!r} {len(shape)} dimensions; it has {meta.ndim}"
+        )
+    if exists and any(n < m for n, m in zip(shape, meta.shape, strict=True)):
+        raise InvalidInputError(
+            f"option shapes would shrink {path!r} from {meta.shape} to {shape}; shapes only "
+            "grow arrays (overwrite the array to make it smaller)"
+        )
+    sized = {**doc, "shape": list(shape)}
+    zarr_json = json.dumps(sized).encode()
+    return ArrayTarget(
+        path, zarr_json, exists, None, parse_array_meta(sized, path), final_shape=shape
+    )
 
 
 _MUST_MATCH = ("data_type", "chunk_grid", "codecs", "fill_value", "chunk_key_encoding")
@@ -301,6 +369,8 @@ __all__ = [
     "WritePlan",
     "array_document",
     "declared_arrays",
+    "declared_groups",
+    "declared_shapes",
     "grow_axis",
     "make_plan",
     "options_from_kwargs",

@@ -100,11 +100,9 @@ class Stager:
         self._pending_rows = 0
         self._codecs: dict[str, ChunkCodec] = {}
         self._paths: dict[str, str] = {}
-        self._writer = (
-            ChunkObjectWriter(storage, f"{plan.journal_prefix}{attempt}-", plan.pack_chunks)
-            if plan.rows == "data"
-            else None
-        )
+        # Made when the first chunk object is to be written: data rows always need one,
+        # virtual rows only for inline bytes above the repository's inline threshold.
+        self._writer: ChunkObjectWriter | None = None
 
     def run(self, batches: Iterable[pa.RecordBatch]) -> StageResult:
         """Stage every batch; on any failure delete what this attempt wrote, then re-raise."""
@@ -144,6 +142,12 @@ class Stager:
             self._pending_rows += staged.num_rows
         if self._pending_rows >= self.plan.stage_rows:
             self._flush()
+
+    def _chunk_writer(self) -> ChunkObjectWriter:
+        if self._writer is None:
+            prefix = f"{self.plan.journal_prefix}{self.result.attempt}-"
+            self._writer = ChunkObjectWriter(self.storage, prefix, self.plan.pack_chunks)
+        return self._writer
 
     def _normalize(self, raw: str | None, rows: pa.Table) -> str:
         if raw is None:
@@ -194,12 +198,47 @@ class Stager:
     def _virtual_columns(
         self, target: ArrayTarget, rows: pa.Table, coords: np.ndarray
     ) -> dict[str, pa.Array]:
-        location = rows.column("location")
-        if location.null_count:
-            bad = int(np.flatnonzero(pc.is_null(location).to_numpy(zero_copy_only=False))[0])
-            raise row_error(target, coords, bad, "the virtual ref has no location")
+        """Virtual refs; a row may instead carry its chunk's stored bytes in ``inline_data``.
+
+        Inline rows are what a virtual import cannot point at: chunks the scanner copied
+        (tiny ones, HDF5 compact storage) and values it materialized. They are stored like
+        ``Session.set_chunk`` stores encoded bytes: in the manifest up to the repository's
+        inline threshold, else as a chunk object.
+        """
+        n = rows.num_rows
+        location = flat(rows.column("location"))
+        inline = (
+            flat(rows.column("inline_data")).cast(pa.binary())
+            if "inline_data" in rows.column_names
+            else pa.nulls(n, pa.binary())
+        )
+        has_location = pc.is_valid(location).to_numpy(zero_copy_only=False)
+        has_inline = pc.is_valid(inline).to_numpy(zero_copy_only=False)
+        both = np.flatnonzero(has_location & has_inline)
+        if len(both):
+            raise row_error(target, coords, int(both[0]), "has both a location and inline_data")
+        neither = np.flatnonzero(~has_location & ~has_inline)
+        if len(neither):
+            raise row_error(
+                target, coords, int(neither[0]), "the virtual ref has no location (nor inline_data)"
+            )
+        out = self._locations(target, rows, coords, has_location)
+        out |= self._inline_chunks(inline, has_inline, out)
+        checksum = (
+            rows.column("checksum").cast(pa.string())
+            if "checksum" in rows.column_names
+            else pa.nulls(n, pa.string())
+        )
+        out["checksum"] = pc.if_else(pa.array(has_location), flat(checksum), None)
+        return out
+
+    def _locations(
+        self, target: ArrayTarget, rows: pa.Table, coords: np.ndarray, mask: np.ndarray
+    ) -> dict[str, pa.Array]:
+        """``virtual_path``, ``offset`` and ``length`` of the rows with a location (``mask``)."""
+        location = flat(rows.column("location"))
         # Resolve each distinct location once (a file holds many chunks), then map rows to it.
-        distinct = pc.unique(location)
+        distinct = pc.unique(location.drop_null())
         resolved = []
         for url in distinct.to_pylist():
             try:
@@ -207,10 +246,7 @@ class Stager:
             except InvalidInputError as exc:
                 bad = int(pc.index(location, url).as_py())
                 raise row_error(target, coords, bad, str(exc)) from exc
-        n = len(location)
         out: dict[str, pa.Array] = {
-            "inline_data": pa.nulls(n, pa.binary()),
-            "chunk_id": pa.nulls(n, pa.string()),
             "virtual_path": pc.take(
                 pa.array(resolved, pa.string()), pc.index_in(location, distinct)
             ),
@@ -218,17 +254,35 @@ class Stager:
         for name in ("offset", "length"):
             column = rows.column(name)
             numbers = pc.fill_null(column, -1).to_numpy(zero_copy_only=False).astype(np.int64)
-            if len(numbers) and numbers.min() < 0:
-                bad = int(np.flatnonzero(numbers < 0)[0])
-                raise row_error(target, coords, bad, f"'{name}' must be given and >= 0")
-            out[name] = pa.array(numbers.astype(np.uint64))
-        checksum = (
-            rows.column("checksum").cast(pa.string())
-            if "checksum" in rows.column_names
-            else pa.nulls(n, pa.string())
-        )
-        out["checksum"] = flat(checksum)
+            wrong = np.flatnonzero(mask & (numbers < 0))
+            if len(wrong):
+                raise row_error(target, coords, int(wrong[0]), f"'{name}' must be given and >= 0")
+            out[name] = pa.array(numbers.astype(np.uint64), mask=~mask)
         return out
+
+    def _inline_chunks(
+        self, inline: pa.Array, mask: np.ndarray, virtual: dict[str, pa.Array]
+    ) -> dict[str, pa.Array]:
+        n = len(inline)
+        rows = np.flatnonzero(mask)
+        sizes = pc.binary_length(inline).to_numpy(zero_copy_only=False)
+        big = rows[sizes[rows] > self.plan.inline_threshold] if len(rows) else rows
+        kept = np.zeros(n, dtype=bool)
+        kept[rows] = True
+        kept[big] = False
+        chunk_ids: list[str | None] = [None] * n
+        offsets = virtual["offset"].to_pylist()
+        lengths = virtual["length"].to_pylist()
+        if len(big):
+            ids, offs, lens = self._chunk_writer().write([inline[int(i)].as_py() for i in big])
+            for i, object_id, off, length in zip(big, ids, offs, lens, strict=True):
+                chunk_ids[i], offsets[i], lengths[i] = object_id, off, length
+        return {
+            "inline_data": pc.if_else(pa.array(kept), inline, None),
+            "chunk_id": pa.array(chunk_ids, pa.string()),
+            "offset": pa.array(offsets, pa.uint64()),
+            "length": pa.array(lengths, pa.uint64()),
+        }
 
     def _data_columns(
         self, target: ArrayTarget, rows: pa.Table, coords: np.ndarray
@@ -259,8 +313,7 @@ class Stager:
         # chunk objects, all of this batch in one call so packing can fill its objects.
         is_inline = np.fromiter((len(e) <= self.plan.inline_threshold for e in encoded), bool, n)
         to_write = np.flatnonzero(~is_inline)
-        assert self._writer is not None
-        ids, offs, lens = self._writer.write([encoded[i] for i in to_write])
+        ids, offs, lens = self._chunk_writer().write([encoded[i] for i in to_write])
         inline: list[bytes | None] = [
             e if small else None for e, small in zip(encoded, is_inline, strict=True)
         ]

@@ -91,7 +91,7 @@ def concat_reference_sets(
         raise InvalidInputError("nothing to concatenate: no reference sets")
     label = list(names) if names is not None else [f"file {k}" for k in range(len(sets))]
     lengths = [_dim_length(s, dim, label[k]) for k, s in enumerate(sets)]
-    inherited = [_inherited_attrs(s) for s in sets]
+    inherited = [inherited_attrs(s) for s in sets]
     paths: dict[str, None] = {}
     for refset in sets:
         paths.update(dict.fromkeys(refset.arrays))
@@ -116,7 +116,7 @@ def _dim_length(refset: ReferenceSet, dim: str, name: str) -> int:
     raise InvalidInputError(f"{name} has no array along the concatenation dimension {dim!r}")
 
 
-def _inherited_attrs(refset: ReferenceSet) -> dict[str, dict[str, Any]]:
+def inherited_attrs(refset: ReferenceSet) -> dict[str, dict[str, Any]]:
     """Bounds variable path -> units/calendar of the variable naming it (CF bounds links)."""
     out: dict[str, dict[str, Any]] = {}
     for path, array in refset.arrays.items():

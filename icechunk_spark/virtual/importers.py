@@ -237,7 +237,7 @@ def import_netcdf(
         combined = concat_reference_sets(
             sets,
             concat_dim,
-            _fetcher(containers, storage_options),
+            fetcher(containers, storage_options),
             materialize_max_bytes=materialize_max_bytes,
             names=absolute,
         )
@@ -251,7 +251,7 @@ def import_netcdf(
     )
 
 
-def _fetcher(
+def fetcher(
     containers: Mapping[str, Mapping[str, Any]], storage_options: Mapping[str, Any] | None
 ) -> Fetch:
     """Reads bytes of (already container-checked) URLs for values that get materialized."""

@@ -2,8 +2,9 @@
 
 A run lists the files, keeps the ones the branch does not reference yet, and rebuilds the
 dataset from every file (old and new) in one commit: a file is never ingested twice, and a
-run with nothing new commits nothing. Used by ``jobs/ingest_virtual.py`` (executors scan the
-files) and ``icechunk-spark import`` (threads scan them).
+run with nothing new commits nothing. Used by ``icechunk-spark import`` (threads scan the
+files). ``jobs/ingest_virtual.py`` appends instead of rebuilding (``spark.virtual_ingest``)
+and reads and writes the same record of files, so both work on one repository.
 
 >>> repo, plan = prepare_ingest("file:///repo", "/data/tas_*.nc")           # doctest: +SKIP
 >>> ingest_files(repo, plan, concat_dim="time") if plan.new else None      # doctest: +SKIP
@@ -161,6 +162,24 @@ def prepare_ingest(
         InvalidInputError: nothing matches ``pattern``, or a file is not NetCDF4/HDF5.
         VirtualRefRefusedError: a file lies outside the container (also via a symlink).
     """
+    repo, found = open_for_pattern(url, pattern, container, file_options, storage_options)
+    return repo, plan_ingest(repo, found, branch)
+
+
+def open_for_pattern(
+    url: str,
+    pattern: str,
+    container: str | None = None,
+    file_options: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> tuple[Repository, list[str]]:
+    """List the files ``pattern`` matches and open the repository for them (as
+    ``prepare_ingest``, without deciding which files are new).
+
+    Raises:
+        InvalidInputError: nothing matches ``pattern``, or a file is not NetCDF4/HDF5.
+        VirtualRefRefusedError: a file lies outside the container (also via a symlink).
+    """
     from ..core.repository import Repository
 
     found = list_files(pattern, file_options)
@@ -169,8 +188,7 @@ def prepare_ingest(
         # Refuse what cannot be imported before the repository is created, not after.
         for file in found:
             check_hdf5(resolve_target(file, [container])[0], file_options)
-    repo = open_for_files(url, container, file_options, storage_options)
-    return repo, plan_ingest(repo, found, branch)
+    return open_for_files(url, container, file_options, storage_options), found
 
 
 def ingest_files(
@@ -220,6 +238,7 @@ __all__ = [
     "ingest_files",
     "list_files",
     "open_for_files",
+    "open_for_pattern",
     "plan_ingest",
     "prepare_ingest",
     "recorded_files",
