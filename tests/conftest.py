@@ -259,13 +259,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _keep_emulator_subset(config, items)
 
 
+# Session fixtures that start a JVM: under ``pytest -n 2 --dist loadgroup`` the tests using one
+# share a worker, so each starts once per run (one local SparkSession, one Connect server, one
+# cluster). Tests that start their own Spark (spark-submit, notebooks) go to either worker.
+_ONE_PER_RUN = {"spark": "spark", "connect_server": "connect", "spark_cluster": "cluster"}
+
+
 def _group_spark_tests(items: list[pytest.Item]) -> None:
-    """Under ``pytest -n 2 --dist loadgroup`` every Spark test runs on one worker: one local
-    SparkSession, Connect server and cluster per run, and no two JVM suites fighting for the
-    machine's two cores. (Without xdist the marker does nothing.)"""
     for item in items:
-        if item.get_closest_marker("spark") is not None:
-            item.add_marker(pytest.mark.xdist_group("spark"))
+        used = set(getattr(item, "fixturenames", ()))
+        group = next((g for fixture, g in _ONE_PER_RUN.items() if fixture in used), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _keep_emulator_subset(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -231,7 +231,7 @@ def test_a_killed_driver_restarted_from_its_checkpoint_appends_every_batch_exact
 ) -> None:
     seed = int(os.environ.get("ICECHUNK_KILL_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
-    files = 12
+    files = 10
     url = (tmp_path / "repo").as_uri()
     repo = new_repo(url)
     folder, checkpoint, log = tmp_path / "in", tmp_path / "ck", tmp_path / "driver.log"
@@ -240,7 +240,7 @@ def test_a_killed_driver_restarted_from_its_checkpoint_appends_every_batch_exact
         write_batch_file(folder, number, chunks)
 
     kills = forced_replays = 0
-    for round_number in range(4):
+    for round_number in range(3):
         seen = len(stream_commits(repo))
         if seen == files:
             break
@@ -253,7 +253,7 @@ def test_a_killed_driver_restarted_from_its_checkpoint_appends_every_batch_exact
             driver.wait()
         kills += 1
         newest = newest_checkpoint_commit(checkpoint)
-        if round_number % 2 == 1 and newest is not None:
+        if round_number > 0 and newest is not None:
             # A kill right after our commit landed, before Spark logged the batch as done,
             # is a window of milliseconds: make it happen by removing that log entry.
             forget_batch_done(checkpoint, newest)
