@@ -13,6 +13,7 @@ from .core.forks import ForkSession
 from .core.repository import Repository
 from .core.session import Session
 from .errors import (
+    AlreadyCommittedError,
     AlreadyExistsError,
     CommitStateUnknownError,
     ConfigError,
@@ -41,6 +42,7 @@ from .errors import (
 from .format.state import SnapshotInfo
 
 __all__ = [
+    "AlreadyCommittedError",
     "AlreadyExistsError",
     "ChangeSummary",
     "CommitStateUnknownError",

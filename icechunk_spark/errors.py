@@ -7,6 +7,7 @@
     ├── CommitStateUnknownError  storage could not say whether a commit landed (look it up)
     ├── StaleSessionError        GC deleted objects a session wrote before it could commit
     ├── HistoryRewrittenError    a branch no longer holds a snapshot a change feed had reached
+    ├── AlreadyCommittedError    a commit made once (``once=``) is on the branch already
     ├── NotFoundError(KeyError)  a branch, tag, snapshot, node, chunk or object does not exist
     ├── AlreadyExistsError       a repository, tag, branch or node of that name exists already
     ├── InvalidInputError(ValueError)  the caller passed something we cannot accept
@@ -174,6 +175,25 @@ class StaleSessionError(IcechunkSparkError):
     """
 
 
+class AlreadyCommittedError(IcechunkSparkError):
+    """A commit that must land once (``Session.commit(once=...)``) already has.
+
+    The branch's history holds ``snapshot_id``, whose metadata carries the same ``once``
+    marks: a retry or replay of a commit that landed. Nothing was committed this time.
+    """
+
+    def __init__(self, snapshot_id: str, branch: str) -> None:
+        self.snapshot_id = snapshot_id
+        self.branch = branch
+        super().__init__(
+            f"branch {branch!r} already holds this commit as snapshot {snapshot_id}; "
+            "nothing was committed again"
+        )
+
+    def __reduce__(self) -> tuple[type[AlreadyCommittedError], tuple[str, str]]:
+        return (AlreadyCommittedError, (self.snapshot_id, self.branch))
+
+
 class HistoryRewrittenError(IcechunkSparkError):
     """A branch no longer holds a snapshot that a change feed had read up to.
 
@@ -253,6 +273,7 @@ class ConflictError(IcechunkSparkError):
 
 
 __all__ = [
+    "AlreadyCommittedError",
     "AlreadyExistsError",
     "CommitStateUnknownError",
     "ConfigError",

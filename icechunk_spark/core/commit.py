@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..chunks.stats import StatsLog
 from ..errors import (
+    AlreadyCommittedError,
     CommitStateUnknownError,
     Conflict,
     ConflictError,
@@ -43,6 +44,7 @@ from ..format.txlog import decode_txlog
 from ..progress import Progress
 from ..retry import CAS_BACKOFF, REBASE_BACKOFF
 from ..splitting import ManifestConfig
+from .branches import walk
 from .changes import ChangeSet
 from .config import RepositoryConfig
 from .conflicts import ConflictPolicy, Theirs, find_conflicts, resolve
@@ -84,6 +86,25 @@ class AssertNoGCSince:
 
 
 @dataclass(frozen=True, slots=True)
+class AssertNotCommitted:
+    """Requirement: no snapshot in branch ``ref``'s history carries all of ``marks`` in its
+    metadata (a commit a retry or replay may repeat must land once)."""
+
+    ref: str
+    marks: Mapping[str, Any]
+
+    def landed(self, state: State) -> str | None:
+        """The snapshot that already made this commit, if one did."""
+        tip = state.refs.get(self.ref)
+        if tip is None:
+            return None
+        for info in walk(state, tip.snapshot_id):
+            if all(info.metadata.get(k) == v for k, v in self.marks.items()):
+                return info.id
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class Committed:
     """A published commit: the snapshot built and the state that made it visible."""
 
@@ -110,6 +131,7 @@ class Commit:
         manifest_config: ManifestConfig,
         config_change: ConfigChange | None,
         piece_runner: PieceRunner | None = None,
+        once: Mapping[str, Any] | None = None,
     ) -> None:
         self._repo = repo
         self._branch = branch
@@ -120,6 +142,7 @@ class Commit:
         self._manifest_config = manifest_config
         self._config_change = config_change
         self._piece_runner = piece_runner
+        self._once = AssertNotCommitted(branch, dict(once)) if once else None
 
     def run(
         self,
@@ -135,12 +158,18 @@ class Commit:
             StaleSessionError: garbage collection deleted objects of ours.
             CommitStateUnknownError: storage could not say whether the state file was written.
             RetriesExhaustedError: the branch kept moving (or races kept being lost).
+            AlreadyCommittedError: the branch holds a snapshot with our ``once`` marks.
         """
         storage = self._repo.storage
         built = self._build(progress)
         rebases = lost_races = 0
         while rebases < MAX_REBASES and lost_races < MAX_LOST_RACES:
             state = read_latest_state(storage)
+            # Checked on the state the compare-and-swap replaces: a duplicate published after
+            # this read takes that generation, so we read again and see it here.
+            landed = self._once.landed(state) if self._once else None
+            if landed is not None:
+                raise AlreadyCommittedError(landed, self._branch)
             if not AssertNoGCSince(self.fresh_since).holds(state):
                 self._protect_from_gc(state)
                 rebases += 1

@@ -442,6 +442,7 @@ class Session:
         on_conflict: OnConflict = "fail",
         progress: Progress | None = None,
         piece_runner: PieceRunner | None = None,
+        once: Mapping[str, Any] | None = None,
     ) -> str:
         """Atomically publish the changes as a new snapshot on the session's branch.
 
@@ -457,6 +458,10 @@ class Session:
             piece_runner: writes the manifest pieces of split arrays with staged refs
                 elsewhere (e.g. on Spark executors); by default this process writes them,
                 a few at a time.
+            once: metadata pairs naming a commit that a retry or replay may repeat (a
+                streaming batch, a job's write id). They are stored with ``metadata``, and
+                the commit refuses to land on a branch whose history holds a snapshot with
+                all of them, checked on the very state it swaps.
 
         Returns:
             The new snapshot's id.
@@ -471,6 +476,8 @@ class Session:
             RetriesExhaustedError: the branch kept moving; nothing was committed.
             ForkError: a fork made by pickling this session or its store wrote chunks that
                 were never merged (see ``fork``).
+            AlreadyCommittedError: with ``once``: the branch holds that commit already
+                (``snapshot_id`` says which); nothing was committed.
         """
         self._require_writable()
         policy = ConflictPolicy.parse(on_conflict)
@@ -478,7 +485,7 @@ class Session:
         if self._changes.is_empty():
             raise InvalidInputError("no changes to commit; write something first")
         assert self.branch is not None
-        user_metadata = dict(metadata or {})
+        user_metadata = _with_marks(dict(metadata or {}), once or {})
         json.dumps(user_metadata)  # metadata must be JSON: fail before writing anything
         commit = Commit(
             self._repo,
@@ -490,6 +497,7 @@ class Session:
             manifest_config=self._manifest_config or self._repo.manifest_config,
             config_change=self._config_change,
             piece_runner=piece_runner,
+            once=once,
         )
         try:
             committed = commit.run(message, user_metadata, policy, progress)
@@ -569,3 +577,13 @@ class Session:
 def _open_snapshot(repo: Repository, snapshot_id: str) -> Session:
     """Unpickling a read-only session: the same snapshot of the (reopened) repository."""
     return repo.readonly_session(snapshot_id=snapshot_id)
+
+
+def _with_marks(metadata: dict[str, Any], marks: Mapping[str, Any]) -> dict[str, Any]:
+    """``metadata`` with a ``once`` commit's marks, which it must not contradict."""
+    clash = sorted(k for k, v in marks.items() if k in metadata and metadata[k] != v)
+    if clash:
+        raise InvalidInputError(
+            f"commit metadata {clash} differ from the same keys in once={dict(marks)!r}"
+        )
+    return {**metadata, **marks}

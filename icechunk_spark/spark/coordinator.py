@@ -23,11 +23,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..core.flush import PieceRunner
 from ..core.repository import Repository
 from ..core.session import Session
 from ..core.staged import StagedFile, StagedRefs
+from ..errors import AlreadyCommittedError
 from ..format.keys import chunk_key
 from ..storage import Storage
 from .chunks import read_journal
@@ -111,9 +113,15 @@ def _ensure_group(session: Session, path: str, attributes: Mapping[str, object])
 
 
 def run_commit(
-    plan: WritePlan, staged: StagedWrite, piece_runner: PieceRunner | None = None
+    plan: WritePlan,
+    staged: StagedWrite,
+    piece_runner: PieceRunner | None = None,
+    once: Mapping[str, Any] | None = None,
 ) -> str | None:
     """Commit a write whose tasks all succeeded; ``None`` when there was nothing to commit.
+
+    The commit lands once: a snapshot on the branch carrying ``once`` (by default the write
+    id) means it landed already, and that snapshot is returned (see ``Session.commit``).
 
     Raises:
         ConflictError: the write overlaps a concurrent commit (with ``on_conflict='fail'``).
@@ -138,7 +146,12 @@ def run_commit(
                     metadata,
                     on_conflict=plan.on_conflict,  # type: ignore[arg-type]  # checked by make_plan
                     piece_runner=piece_runner,
+                    once=once or {WRITE_ID_KEY: plan.write_id},
                 )
+        except AlreadyCommittedError as done:  # a retry or replay of a commit that landed
+            _after_failure(repo, plan)  # our objects go, unless this very write landed
+            sweep(repo.storage, plan, staged.attempts)
+            return done.snapshot_id
         except BaseException:
             _after_failure(repo, plan)
             raise

@@ -193,7 +193,10 @@ def commit_batch(
         )
         delete_everything(plan.repo.storage(), plan)  # the replay's objects: unreferenced
         return landed
-    return run_commit(plan, StagedWrite.of([m.staged for m in messages]))
+    # Checked again inside the commit, on the state it swaps: a duplicate landing after the
+    # look above (only a second driver of the same query could make one) still loses.
+    once = {STREAM_QUERY_KEY: query_id, STREAM_BATCH_KEY: batch_id}
+    return run_commit(plan, StagedWrite.of([m.staged for m in messages]), once=once)
 
 
 def committed_batch(repo: Repository, branch: str, query_id: str, batch_id: int) -> str | None:

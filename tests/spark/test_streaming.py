@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -20,9 +21,19 @@ import zarr
 
 from icechunk_spark import Repository
 from icechunk_spark.errors import InvalidInputError
-from icechunk_spark.spark.streaming import STREAM_BATCH_KEY, STREAM_QUERY_KEY, committed_batch
+from icechunk_spark.spark import streaming
+from icechunk_spark.spark.plan import make_plan
+from icechunk_spark.spark.staging import Stager
+from icechunk_spark.spark.streaming import (
+    STREAM_BATCH_KEY,
+    STREAM_QUERY_KEY,
+    BatchStart,
+    StreamCommitMessage,
+    commit_batch,
+    committed_batch,
+)
 
-from .helpers import keys, new_repo
+from .helpers import keys, new_repo, referenced_chunk_objects
 
 pytestmark = pytest.mark.spark
 
@@ -212,11 +223,14 @@ def start_driver(url: str, folder: Path, checkpoint: Path, mode: str, log: Path)
         )
 
 
-def wait_for_new_commit(repo: Repository, seen: int, process: Any, timeout: float) -> None:
+def wait_for_new_commit(
+    repo: Repository, seen: int, process: Any, timeout: float, log: Path
+) -> None:
     deadline = time.monotonic() + timeout
     while len(stream_commits(repo)) <= seen and process.poll() is None:
         if time.monotonic() > deadline:
-            raise AssertionError(f"no micro-batch committed within {timeout} s")
+            tail = log.read_text(errors="replace")[-5000:]
+            raise AssertionError(f"no micro-batch committed within {timeout} s; driver:\n{tail}")
         time.sleep(0.05)
 
 
@@ -231,6 +245,7 @@ def test_a_killed_driver_restarted_from_its_checkpoint_appends_every_batch_exact
 ) -> None:
     seed = int(os.environ.get("ICECHUNK_KILL_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
+    print(f"kill test seed {seed} (ICECHUNK_KILL_SEED={seed} repeats its kill points)")
     files = 10
     url = (tmp_path / "repo").as_uri()
     repo = new_repo(url)
@@ -246,7 +261,7 @@ def test_a_killed_driver_restarted_from_its_checkpoint_appends_every_batch_exact
             break
         driver = start_driver(url, folder, checkpoint, "forever", log)
         try:
-            wait_for_new_commit(repo, seen, driver, timeout=180)
+            wait_for_new_commit(repo, seen, driver, timeout=300, log=log)
             time.sleep(rng.uniform(0.0, 1.5))  # a random point in a later batch
         finally:
             os.killpg(driver.pid, signal.SIGKILL)
@@ -264,6 +279,7 @@ def test_a_killed_driver_restarted_from_its_checkpoint_appends_every_batch_exact
 
     commits = stream_commits(repo)
     print(f"seed {seed}: {files} batches, {kills} kills, {forced_replays} forced replays")
+    print("batches committed, in order:", commits)
     assert len({query for query, _ in commits}) == 1  # one query across every restart
     assert [batch for _, batch in commits] == list(range(files))
     expected = np.concatenate([file_values(n, c) for n, c in enumerate(sizes)])
@@ -284,3 +300,32 @@ def test_committed_batch_finds_the_pair_and_stops_at_an_older_batch(tmp_path: Pa
     # The walk stops only at an *older* batch of the query, so newer ones do not hide it.
     assert committed_batch(repo, "main", "q1", 0) is not None
     assert committed_batch(repo, "other", "q1", 2) is None if False else True
+
+
+def test_a_batch_landing_after_our_look_at_the_history_is_still_committed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = (tmp_path / "repo").as_uri()
+    repo = new_repo(url)
+    options = {"path": url, "arrays": json.dumps(SERIES), "append_dim": "t"}
+    options["placement"] = "after_end"
+    columns = ["array", "coord", "data"]
+
+    def staged_batch_zero(run: str) -> StreamCommitMessage:
+        """One task of batch 0 of query ``q``, staged by the run of a driver named ``run``."""
+        plan = dataclasses.replace(make_plan(options, columns, False), write_id=f"{run}-000000")
+        rows = pa.table({"array": ["/v"], "coord": [[0]], "data": [file_values(0, 1).tobytes()]})
+        staged = Stager(plan, plan.repo.storage(), "00000-0").run(rows.to_batches())
+        return StreamCommitMessage(BatchStart.of(plan, "q"), staged)
+
+    # Two drivers of one query staged batch 0, and each looked at the history before the
+    # other committed: only the check inside the commit's compare-and-swap can stop one.
+    first, second = staged_batch_zero("run1"), staged_batch_zero("run2")
+    monkeypatch.setattr(streaming, "committed_batch", lambda *args: None)
+    landed = commit_batch(options, columns, [first], 0)
+    assert commit_batch(options, columns, [second], 0) == landed
+
+    assert stream_commits(repo) == [("q", 0)]
+    np.testing.assert_array_equal(series(repo), file_values(0, 1))
+    assert keys(repo, "staging/") == set()
+    assert keys(repo, "c/") == referenced_chunk_objects(repo)  # the loser's objects are gone
