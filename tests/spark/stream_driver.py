@@ -1,6 +1,7 @@
 """A streaming driver the kill test starts, kills with SIGKILL, and starts again.
 
 Usage: python stream_driver.py REPO_URL IN_DIR CHECKPOINT_DIR ARRAYS_JSON (forever|available_now)
+    (absolute|after_end)
 
 ``forever`` streams one file per micro-batch until killed; ``available_now`` drains what is
 left and exits. Both use one checkpoint, so a restart continues the same query.
@@ -18,7 +19,7 @@ from icechunk_spark.spark import register
 ROW_SCHEMA = "array string, coord array<bigint>, data binary"
 
 
-def main(url: str, folder: str, checkpoint: str, arrays: str, mode: str) -> None:
+def main(url: str, folder: str, checkpoint: str, arrays: str, mode: str, placement: str) -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     spark = (
         SparkSession.builder.master("local[2]")
@@ -38,7 +39,7 @@ def main(url: str, folder: str, checkpoint: str, arrays: str, mode: str) -> None
         .option("checkpointLocation", checkpoint)
         .option("arrays", arrays)
         .option("append_dim", "t")
-        .option("placement", "after_end")
+        .option("placement", placement)
     )
     if mode == "available_now":
         writer.trigger(availableNow=True).start(url).awaitTermination()
@@ -48,4 +49,4 @@ def main(url: str, folder: str, checkpoint: str, arrays: str, mode: str) -> None
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:6])
+    main(*sys.argv[1:7])

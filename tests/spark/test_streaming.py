@@ -55,13 +55,14 @@ def file_values(number: int, chunks: int = 2) -> np.ndarray:
     return number * 100 + np.arange(chunks * CHUNK, dtype="float64")
 
 
-def write_batch_file(folder: Path, number: int, chunks: int = 2) -> None:
-    """One file of rows: ``chunks`` chunks of ``/v``, coords counted from 0 (after_end)."""
+def write_batch_file(folder: Path, number: int, chunks: int = 2, first_chunk: int = 0) -> None:
+    """One file of rows: ``chunks`` chunks of ``/v`` from coord ``first_chunk`` (0: for
+    ``placement=after_end``, which counts from the array's end)."""
     values = file_values(number, chunks)
     table = pa.table(
         {
             "array": ["/v"] * chunks,
-            "coord": [[c] for c in range(chunks)],
+            "coord": [[first_chunk + c] for c in range(chunks)],
             "data": [values[c * CHUNK : (c + 1) * CHUNK].tobytes() for c in range(chunks)],
         }
     )
@@ -204,7 +205,9 @@ def test_bad_options_fail_when_the_query_starts(spark: Any, tmp_path: Path) -> N
 DRIVER = Path(__file__).with_name("stream_driver.py")
 
 
-def start_driver(url: str, folder: Path, checkpoint: Path, mode: str, log: Path) -> Any:
+def start_driver(
+    url: str, folder: Path, checkpoint: Path, mode: str, log: Path, placement: str
+) -> Any:
     env = {
         **os.environ,
         "PYSPARK_PYTHON": sys.executable,
@@ -215,7 +218,7 @@ def start_driver(url: str, folder: Path, checkpoint: Path, mode: str, log: Path)
     with log.open("ab") as out:
         # A session of its own, so one killpg takes the JVM and its Python workers too.
         return subprocess.Popen(
-            [*args, json.dumps(SERIES), mode],
+            [*args, json.dumps(SERIES), mode, placement],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -224,18 +227,19 @@ def start_driver(url: str, folder: Path, checkpoint: Path, mode: str, log: Path)
 
 
 def wait_for_new_commit(
-    repo: Repository, seen: int, process: Any, timeout: float, log: Path
+    repo: Repository, seen: int, process: Any, timeout: float, log: Path, done: Any
 ) -> None:
     deadline = time.monotonic() + timeout
-    while len(stream_commits(repo)) <= seen and process.poll() is None:
+    while len(stream_commits(repo)) <= seen and process.poll() is None and not done():
         if time.monotonic() > deadline:
             tail = log.read_text(errors="replace")[-5000:]
             raise AssertionError(f"no micro-batch committed within {timeout} s; driver:\n{tail}")
         time.sleep(0.05)
 
 
-def newest_checkpoint_commit(checkpoint: Path) -> int | None:
-    entries = [int(p.name) for p in (checkpoint / "commits").glob("*") if p.name.isdigit()]
+def newest_entry(checkpoint: Path, log: str) -> int | None:
+    """The newest batch id in the checkpoint's ``offsets`` or ``commits`` log."""
+    entries = [int(p.name) for p in (checkpoint / log).glob("*") if p.name.isdigit()]
     return max(entries, default=None)
 
 
@@ -251,38 +255,60 @@ def test_a_killed_driver_restarted_from_its_checkpoint_appends_every_batch_exact
     repo = new_repo(url)
     folder, checkpoint, log = tmp_path / "in", tmp_path / "ck", tmp_path / "driver.log"
     sizes = [1 + n % 2 for n in range(files)]
-    for number, chunks in enumerate(sizes):
-        write_batch_file(folder, number, chunks)
+    # Absolute coords: after a crash Spark may put two files in one micro-batch (a file the
+    # killed run logged as its next batch joins the one after), and rows placed after_end
+    # are one block per batch, so two files would land on the same coords.
+    starts = np.cumsum([0, *sizes[:-1]])
+    for number, (chunks, first) in enumerate(zip(sizes, starts, strict=True)):
+        write_batch_file(folder, number, chunks, first_chunk=int(first))
+    expected = np.concatenate([file_values(n, c) for n, c in enumerate(sizes)])
+
+    def all_landed() -> bool:
+        return bool(stream_commits(repo)) and series(repo).shape == expected.shape
 
     kills = forced_replays = 0
     for round_number in range(3):
-        seen = len(stream_commits(repo))
-        if seen == files:
+        if all_landed():
             break
-        driver = start_driver(url, folder, checkpoint, "forever", log)
+        seen = len(stream_commits(repo))
+        driver = start_driver(url, folder, checkpoint, "forever", log, "absolute")
         try:
-            wait_for_new_commit(repo, seen, driver, timeout=300, log=log)
+            wait_for_new_commit(repo, seen, driver, timeout=300, log=log, done=all_landed)
             time.sleep(rng.uniform(0.0, 1.5))  # a random point in a later batch
         finally:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait()
         kills += 1
-        newest = newest_checkpoint_commit(checkpoint)
-        if round_number > 0 and newest is not None:
+        newest = newest_entry(checkpoint, "commits")
+        if (
+            round_number > 0
+            and newest is not None
+            and newest_entry(checkpoint, "offsets") == newest
+        ):
             # A kill right after our commit landed, before Spark logged the batch as done,
-            # is a window of milliseconds: make it happen by removing that log entry.
+            # is a window of milliseconds: make it happen by removing that log entry. (Only
+            # when no later batch was planned: Spark replays just the newest planned batch.)
             forget_batch_done(checkpoint, newest)
             forced_replays += 1
 
-    final = start_driver(url, folder, checkpoint, "available_now", log)
+    final = start_driver(url, folder, checkpoint, "available_now", log, "absolute")
     assert final.wait(timeout=300) == 0, log.read_text()[-5000:]
+    # And once for certain: the last batch is done everywhere; forget it in the checkpoint
+    # (a kill right after our commit) and restart: Spark replays it, it must commit nothing.
+    last = newest_entry(checkpoint, "commits")
+    assert last is not None and last == newest_entry(checkpoint, "offsets")
+    forget_batch_done(checkpoint, last)
+    forced_replays += 1
+    replay = start_driver(url, folder, checkpoint, "available_now", log, "absolute")
+    assert replay.wait(timeout=300) == 0, log.read_text()[-5000:]
+    assert newest_entry(checkpoint, "commits") == last  # Spark did run it again
 
     commits = stream_commits(repo)
-    print(f"seed {seed}: {files} batches, {kills} kills, {forced_replays} forced replays")
+    print(f"seed {seed}: {files} files, {kills} kills, {forced_replays} forced replays")
     print("batches committed, in order:", commits)
     assert len({query for query, _ in commits}) == 1  # one query across every restart
-    assert [batch for _, batch in commits] == list(range(files))
-    expected = np.concatenate([file_values(n, c) for n, c in enumerate(sizes)])
+    # Every batch committed once: a replay committing again would repeat its batch id.
+    assert [batch for _, batch in commits] == list(range(len(commits)))
     np.testing.assert_array_equal(series(repo), expected)
 
 
