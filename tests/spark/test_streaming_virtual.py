@@ -17,9 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import xarray as xr
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from icechunk_spark import Repository
-from icechunk_spark.virtual.file_rows import scan_file
+from icechunk_spark.virtual.file_rows import ROW_SCHEMA, scan_file
 
 from .helpers import new_repo
 
@@ -33,20 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "jobs"))
 from ingest_virtual import make_sample  # noqa: E402  (the jobs' sample files)
 
 BINARY_FILE_SCHEMA = "path string, modificationTime timestamp, length bigint, content binary"
-REF_DDL = (
-    "array string, coord array<bigint>, location string, offset bigint, length bigint, "
-    "inline_data binary"
-)
-REF_SCHEMA = pa.schema(
-    [
-        ("array", pa.string()),
-        ("coord", pa.list_(pa.int64())),
-        ("location", pa.string()),
-        ("offset", pa.int64()),
-        ("length", pa.int64()),
-        ("inline_data", pa.binary()),
-    ]
-)
+# The rows the sink takes: the scanner's rows without its bookkeeping columns.
+REF_SCHEMA = pa.schema([f for f in ROW_SCHEMA if f.name not in ("file", "checksum")])
 
 
 def file_refs(container: str) -> Any:
@@ -118,7 +107,7 @@ def test_available_now_over_new_netcdf_files_appends_each_file_once(
             .option("maxFilesPerTrigger", 1)
             .load(str(folder))
             .select("path")  # the content column is never read
-            .mapInArrow(file_refs(container), REF_DDL)
+            .mapInArrow(file_refs(container), from_arrow_schema(REF_SCHEMA))
             .writeStream.format("icechunk")
             .option("checkpointLocation", str(tmp_path / "ck"))
             .option("arrays", json.dumps(arrays))
