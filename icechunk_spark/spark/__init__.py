@@ -4,6 +4,7 @@
 >>> register(spark)                                             # doctest: +SKIP
 >>> spark.read.format("icechunk").load("file:///data/repo")     # doctest: +SKIP
 >>> commit_refs(refs_df, "s3://bucket/repo", message="import")  # doctest: +SKIP
+>>> read_chunks(spark, "file:///data/repo").count()             # doctest: +SKIP
 
 Spark also finds the source without ``register`` through the top-level ``pyspark_icechunk``
 package, when this package is installed where Spark's Python workers run.
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .distributed import commit_refs, write_chunks
+from .native import read_chunks
 from .source import NAME, IcechunkDataSource
 
 if TYPE_CHECKING:
@@ -25,4 +27,11 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(IcechunkDataSource)
 
 
-__all__ = ["NAME", "IcechunkDataSource", "commit_refs", "register", "write_chunks"]
+__all__ = [
+    "NAME",
+    "IcechunkDataSource",
+    "commit_refs",
+    "read_chunks",
+    "register",
+    "write_chunks",
+]

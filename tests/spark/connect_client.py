@@ -5,7 +5,8 @@ classic ``spark`` fixture of the test process into a Connect one, so the client 
 
 Usage: python connect_client.py sc://HOST:PORT COMMAND REPO_URL [ARGS]; commands:
   ``write`` (``df.write.format("icechunk")``), ``driver`` (``write_chunks``), ``read`` (prints
-  the chunks and nodes tables as JSON), ``stream SOURCE_DIR CHECKPOINT`` (``writeStream``).
+  the chunks and nodes tables, and ``read_chunks``, as JSON), ``stream SOURCE_DIR CHECKPOINT``
+  (``writeStream``).
 """
 
 from __future__ import annotations
@@ -62,12 +63,15 @@ def driver(spark: SparkSession, url: str) -> None:
 
 
 def read(spark: SparkSession, url: str) -> None:
+    from icechunk_spark.spark import read_chunks
+
     chunks = spark.read.format("icechunk").load(url)
     nodes = spark.read.format("icechunk").option("table", "nodes").load(url)
     print(
         json.dumps(
             {
                 "chunks": [list(row) for row in chunks.collect()],
+                "read_chunks": [list(row) for row in read_chunks(spark, url).collect()],
                 "nodes": sorted([row["path"], row["type"]] for row in nodes.collect()),
             }
         )

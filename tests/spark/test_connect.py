@@ -57,6 +57,7 @@ def test_write_then_read_through_connect(connect_server: ConnectServer, tmp_path
     seen = json.loads(run_client(connect_server, tmp_path, "read", url))
     expected = [list(row) for row in expected_chunk_rows(repo)]
     assert sorted(seen["chunks"]) == sorted(expected)
+    assert sorted(seen["read_chunks"]) == sorted(expected)
     assert seen["nodes"] == [["/", "group"], ["/written", "array"]]
 
 
