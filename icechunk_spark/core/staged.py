@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
@@ -153,22 +154,37 @@ def write_staged(storage: Storage, key: str, table: pa.Table, row_group_size: in
     """Write rows (``STAGED_SCHEMA``) as a staged file, sorted; returns its row-group index.
 
     Sorted by (array, coord), the commit writing one manifest piece reads only the row groups
-    that can hold it: the staged files are the shuffle.
+    that can hold it: the staged files are the shuffle. No row group holds two arrays: the
+    bounds of one that did, say (``/a``, last coord of ``/a``) to (``/b``, first of ``/b``),
+    take in every coord of ``/b`` up to its last one, so every piece of ``/b`` below that
+    would read it, and with many staged files each piece would read a group of every file.
     """
     table = table.sort_by([("array", "ascending"), ("coord", "ascending")])
     sink = pa.BufferOutputStream()
-    pq.write_table(
-        table,
+    with pq.ParquetWriter(
         sink,
+        table.schema,
         compression="zstd",
         use_dictionary=["array", "chunk_id", "virtual_path"],
-        row_group_size=row_group_size,
-    )
+    ) as writer:
+        for start, length in _array_runs(table.column("array")):
+            # Row groups never span two write_table calls.
+            writer.write_table(table.slice(start, length), row_group_size=row_group_size)
     data = sink.getvalue()
     storage.put(key, data.to_pybytes())
     written = pq.read_metadata(pa.BufferReader(data))
     sizes = [written.row_group(i).num_rows for i in range(written.num_row_groups)]
     return StagedFile(key, data.size, _row_groups(table, sizes))
+
+
+def _array_runs(arrays: pa.ChunkedArray) -> list[tuple[int, int]]:
+    """(start, length) of each array's rows in a column sorted by array."""
+    n = len(arrays)
+    if n == 0:
+        return []  # a file of no row groups
+    same = pc.equal(arrays.slice(1), arrays.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    starts = [0, *(np.flatnonzero(~same) + 1).tolist(), n]
+    return [(a, b - a) for a, b in pairwise(starts)]
 
 
 def _row_groups(table: pa.Table, sizes: Sequence[int]) -> tuple[RowGroup, ...]:

@@ -17,7 +17,7 @@ import pytest
 
 from icechunk_spark import ConflictError, Repository
 from icechunk_spark.core.flush import PieceTask, write_piece_task
-from icechunk_spark.core.staged import STAGED_SCHEMA, StagedRefs, write_staged
+from icechunk_spark.core.staged import STAGED_SCHEMA, StagedRefs, read_staged, write_staged
 from icechunk_spark.errors import CHUNK_CONFLICT, RANGE_CONFLICT
 from icechunk_spark.format.coords import encode_coord
 from icechunk_spark.format.structure import ManifestRef
@@ -264,3 +264,37 @@ def test_staged_refs_are_read_back_before_commit(repo):
     assert session.chunk_refs("/big").num_rows == 1
     with pytest.raises(Exception, match="staged refs"):
         session.set_chunk("/big", (0, 0), b"mixed")
+
+
+def test_no_staged_row_group_holds_two_arrays(repo):
+    """A row group from (/a, its last coords) to (/b, its first) would be read by every piece
+    of /b below that: with a staged file per task, every piece read a group of every file
+    (the billion-ref run spent 12 s a piece on it). Four files, each holding ten rows of both
+    arrays, as tasks of a Spark job over interleaved rows write them."""
+    files = []
+    for f in range(4):
+        rows = {
+            path: [(i, j) for i in range(10 * f, 10 * f + 10) for j in range(2)]
+            for path in ("/a", "/b")
+        }
+        n = sum(len(c) for c in rows.values())
+        columns = {f_.name: pa.nulls(n, f_.type) for f_ in STAGED_SCHEMA}
+        columns |= {
+            "array": pa.array([p for p, cs in rows.items() for _ in cs], pa.string()),
+            "coord": pa.array([encode_coord(c) for cs in rows.values() for c in cs], pa.binary()),
+            "inline_data": pa.array([b"x"] * n, pa.binary()),
+        }
+        table = pa.table(columns, schema=STAGED_SCHEMA)
+        files.append(
+            write_staged(repo.storage, f"staging/test/{next(_keys):04d}.parquet", table, 16)
+        )
+    for file in files:
+        assert all(g.first[0] == g.last[0] for g in file.groups), file.groups
+        assert sum(g.rows for g in file.groups) == 40
+    staged = StagedRefs("/b", 80, (0, 0), (39, 1), (np.arange(40), np.arange(2)), tuple(files))
+    for piece in range(4):  # rows [10 p, 10 p + 10) of /b are all in file p
+        low, high = staged.key_range(0, (10 * piece, 10 * piece + 10))
+        reading = [i for i, f in enumerate(files) if f.groups_between(low, high)]
+        assert reading == [piece]
+    (table,) = read_staged(repo.storage, staged, 0, (20, 30))
+    assert table.num_rows == 20  # rows 20-29 of /b, two chunks each
