@@ -48,6 +48,7 @@ from .source import spark_schema
 # are 63-bit, and offsets and lengths never reach 2^63.
 _U64_COLUMNS = ("array_id", "offset", "length")
 _WIDE, _NARROW = DecimalType(20, 0), LongType()
+_FOOTER_THREADS = 8  # footers are one small ranged read each: latency, not CPU
 
 
 def manifest_schema(u64_types: Sequence[str]) -> StructType:
@@ -74,8 +75,6 @@ def manifest_schema(u64_types: Sequence[str]) -> StructType:
     )
 
 
-_FOOTER_THREADS = 8
-
 
 @dataclass(frozen=True, slots=True)
 class ManifestScan:
@@ -85,22 +84,30 @@ class ManifestScan:
     array_ids: frozenset[int]
     only_wanted_rows: bool  # every row belongs to a wanted array: no row filter needed
     lengths_missing: bool  # written before manifests recorded inline chunk lengths
-    u64_types: tuple[str, ...] = ("decimal", "long", "long")  # see manifest_schema
+    u64_types: tuple[str, ...]  # per _U64_COLUMNS, "decimal" or "long": see manifest_schema
 
 
-def read_chunks(spark: SparkSession, url: str, **options: str) -> DataFrame:
+def read_chunks(
+    spark: SparkSession,
+    url: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    **options: str,
+) -> DataFrame:
     """The ``chunks`` table of the repository at ``url``, read by Spark's Parquet reader.
 
     Takes the options of ``spark.read.format("icechunk")`` (``branch`` / ``tag`` /
-    ``snapshot`` / ``as_of``, ``arrays``, ``storage.<name>``) and gives the same rows and
-    columns. ``hadoop_url`` names the repository as Spark's file systems reach it when that
-    differs from ``url`` (``s3://`` becomes ``s3a://`` on its own); Spark must be able to read
-    that file system (local files always; S3, GCS and Azure with their Hadoop connectors).
+    ``snapshot`` / ``as_of``, ``arrays``; ``storage_options`` for its ``storage.<name>``
+    ones) and gives the same rows and columns. ``hadoop_url`` names the repository as Spark's
+    file systems reach it when that differs from ``url`` (``s3://`` becomes ``s3a://`` on its
+    own); Spark must be able to read that file system (local files always; S3, GCS and Azure
+    with their Hadoop connectors).
 
     Raises:
         InvalidInputError: bad options, or storage Spark's file sources cannot read.
     """
-    opts = {**options, "path": url}
+    storage = {f"storage.{k}": v for k, v in (storage_options or {}).items()}
+    opts = {**options, **storage, "path": url}
     repo_opts = repo_options(opts)
     root = _hadoop_root(url, options.get("hadoop_url"))
     repo = repo_opts.open()
