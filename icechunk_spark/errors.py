@@ -194,6 +194,30 @@ class AlreadyCommittedError(IcechunkSparkError):
         return (AlreadyCommittedError, (self.snapshot_id, self.branch))
 
 
+class RepeatedCoordError(InvalidInputError):
+    """One write gave a chunk coord more than once.
+
+    The rows of one write (the staged files of Spark tasks that ran side by side) have no
+    order among themselves, so no row can win: the commit is refused rather than keep
+    whichever row happened to be read last. ``array`` is ``None`` until the array is known.
+    """
+
+    def __init__(self, coord: tuple[int, ...], repeated: int, array: str | None = None) -> None:
+        self.coord, self.repeated, self.array = coord, repeated, array
+        where = f"row for array {array!r} at coord {coord}" if array else f"chunk coord {coord}"
+        others = f" (and {repeated - 1} more coords)" if repeated > 1 else ""
+        super().__init__(
+            f"{where}: given more than once in one write{others}; the rows of one write have "
+            "no order, so none of them can win. Nothing was committed"
+        )
+
+    def for_array(self, array: str) -> RepeatedCoordError:
+        return RepeatedCoordError(self.coord, self.repeated, array)
+
+    def __reduce__(self) -> tuple[type[RepeatedCoordError], tuple[object, ...]]:
+        return (RepeatedCoordError, (self.coord, self.repeated, self.array))
+
+
 class HistoryRewrittenError(IcechunkSparkError):
     """A branch no longer holds a snapshot that a change feed had read up to.
 
@@ -289,6 +313,7 @@ __all__ = [
     "ReadOnlyError",
     "ReadOnlyStorageError",
     "ReadOnlyStoreError",
+    "RepeatedCoordError",
     "RetriesExhaustedError",
     "SourceChangedError",
     "StaleSessionError",

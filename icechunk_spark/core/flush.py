@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import RepeatedCoordError
 from ..format.coords import decode_coords
 from ..format.ids import new_object_id
 from ..format.keys import attributes_key, manifest_key, structure_key, txlog_key
@@ -505,19 +506,37 @@ PieceRunner = Callable[[Sequence[PieceTask]], Iterable[ManifestRef | None]]
 
 
 def write_piece_task(storage: Storage, task: PieceTask) -> ManifestRef | None:
-    """Old refs of the piece, then its staged rows (later win): one manifest, or none."""
+    """Old refs of the piece, then its staged rows (each write over the ones before): one
+    manifest, or none.
+
+    Raises:
+        RepeatedCoordError: one write staged a coord of the piece twice.
+    """
     ndim = len(task.grid_shape)
     layers = []
     for manifest_id in task.old:
         key = manifest_key(manifest_id)
         refs = refs_of_array(decode_manifest(storage.get(key), key), task.node_id)
         layers.append(within_span(refs, ndim, task.axis, task.span))
+    old = len(layers)
     for table in read_staged(storage, task.staged, task.axis, task.span):
         layers.append(_without(table, task.drop))
-    refs = _inside(merge_refs(layers, ndim), task.grid_shape)
+    refs = _inside(_merge_staged(layers, old, ndim, task.path), task.grid_shape)
     if refs.num_rows == 0:
         return None
     return write_array_manifest(storage, task.node_id, ndim, refs, task.set_name)
+
+
+def _merge_staged(layers: list[pa.Table], first_staged: int, ndim: int, path: str) -> pa.Table:
+    """``merge_refs`` of committed layers then one layer per staged write (each unordered).
+
+    Raises:
+        RepeatedCoordError: one write staged a coord twice.
+    """
+    try:
+        return merge_refs(layers, ndim, unordered=range(first_staged, len(layers)))
+    except RepeatedCoordError as repeated:
+        raise repeated.for_array(path) from None
 
 
 def _without(table: pa.Table, drop: pa.Array | None) -> pa.Table:
@@ -625,5 +644,7 @@ class _StagedReader:
         if committed is not None and committed.id == node.id:
             layers.extend(self._base.array_refs(committed))
         drop = self._changes.staged_drop(node.id)
+        committed_layers = len(layers)
         layers += [_without(t, drop) for t in read_staged(self._storage, staged)]
-        return _inside(merge_refs(layers, node.meta.ndim), node.meta.grid_shape)
+        refs = _merge_staged(layers, committed_layers, node.meta.ndim, node.path)
+        return _inside(refs, node.meta.grid_shape)

@@ -335,7 +335,10 @@ class Session:
         For writes too big for one process: the session keeps only where the rows are and
         their counts and bounds; the commit packs and splits manifests from those like any
         other change, then reads the rows manifest by manifest. Rows were checked when they
-        were staged (grid, location, containers); staged rows win over committed refs.
+        were staged (grid, location, containers); staged rows win over committed refs, and
+        a later call's rows over an earlier one's. The files of one call are one write whose
+        rows have no order, so each coord may appear in only one of its rows: the commit
+        raises ``RepeatedCoordError`` otherwise.
 
         Raises:
             InvalidInputError: the bounds do not fit the array's grid, or this session wrote

@@ -75,6 +75,10 @@ class StagedRefs:
     already holds is replaced, not added). ``indices`` holds per dimension the sorted distinct
     indices written, or ``None`` where there were too many to track (then ``lo``/``hi``, the
     inclusive bounds, stand in for them).
+
+    ``writes`` numbers, per file, the write that staged it (none: all files are one write).
+    The files of one write have no order among themselves, so a coord may appear in only one
+    row of them; a later write wins a coord an earlier one staged.
     """
 
     array: str  # the files' ``array`` value for this array's rows
@@ -83,6 +87,7 @@ class StagedRefs:
     hi: tuple[int, ...]
     indices: tuple[np.ndarray | None, ...]
     files: tuple[StagedFile, ...]
+    writes: tuple[int, ...] = ()
 
     @property
     def ndim(self) -> int:
@@ -126,8 +131,17 @@ def narrowed(staged: StagedRefs, axis: int, span: tuple[int, int]) -> StagedRefs
     What a task writing one piece needs to be told, and no more (tasks are pickled).
     """
     low, high = staged.key_range(axis, span)
-    files = tuple(f for f in staged.files if f.groups_between(low, high))
-    return replace(staged, files=files)
+    keep = [bool(f.groups_between(low, high)) for f in staged.files]
+    files = tuple(f for f, k in zip(staged.files, keep, strict=True) if k)
+    writes = (
+        tuple(w for w, k in zip(staged.writes, keep, strict=True) if k) if staged.writes else ()
+    )
+    return replace(staged, files=files, writes=writes)
+
+
+def write_of_each_file(staged: StagedRefs) -> tuple[int, ...]:
+    """The write that staged each file, in file order."""
+    return staged.writes or (0,) * len(staged.files)
 
 
 def union(parts: Sequence[StagedRefs]) -> StagedRefs:
@@ -147,7 +161,17 @@ def union(parts: Sequence[StagedRefs]) -> StagedRefs:
         tuple(max(p.hi[d] for p in parts) for d in range(first.ndim)),
         tuple(indices),
         tuple(f for p in parts for f in p.files),
+        _numbered_writes(parts),
     )
+
+
+def _numbered_writes(parts: Sequence[StagedRefs]) -> tuple[int, ...]:
+    """Each part's writes numbered after those of the parts before it."""
+    out: list[int] = []
+    for part in parts:
+        start = max(out, default=-1) + 1
+        out += [start + w for w in write_of_each_file(part)]
+    return tuple(out)
 
 
 def write_staged(storage: Storage, key: str, table: pa.Table, row_group_size: int) -> StagedFile:
@@ -207,24 +231,24 @@ def read_staged(
 ) -> list[pa.Table]:
     """The staged rows of the array (only those in ``span`` along ``axis``, if given).
 
-    One table per staged file, in file order (a later file wins a coord staged twice). Row
-    groups are read one at a time with ranged reads, and only those that can hold the span, so
-    memory holds the result plus one row group.
+    One table per write, in order: a later write wins a coord staged twice, while the rows of
+    one write have no order (see ``StagedRefs``). Row groups are read one at a time with ranged
+    reads, and only those that can hold the span, so memory holds the result plus one row
+    group.
     """
     low, high = staged.key_range(axis, span)
-    layers = []
-    for file in staged.files:
+    writes: dict[int, list[pa.Table]] = {}
+    for file, write in zip(staged.files, write_of_each_file(staged), strict=True):
         groups = file.groups_between(low, high)
         if not groups:
             continue
-        parts = []
+        parts = writes.setdefault(write, [])
         with open_parquet(storage, file.key, file.size) as parquet:
             for group in groups:
                 table = parquet.read_row_group(group, use_threads=False)
                 table = table.filter(pc.equal(table.column("array"), staged.array))
                 parts.append(within_span(table.drop_columns(["array"]), staged.ndim, axis, span))
-        layers.append(pa.concat_tables(parts))
-    return layers
+    return [pa.concat_tables(writes[w]) for w in sorted(writes)]
 
 
 def within_span(
@@ -247,5 +271,6 @@ __all__ = [
     "read_staged",
     "union",
     "within_span",
+    "write_of_each_file",
     "write_staged",
 ]

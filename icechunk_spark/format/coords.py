@@ -56,6 +56,14 @@ def decode_coords(encoded: pa.Array | pa.ChunkedArray, ndim: int) -> np.ndarray:
     return np.frombuffer(keys.tobytes(), dtype=_BE_U32).reshape(-1, ndim).astype(np.int64)
 
 
+def key_coord(keys: np.ndarray, i: int, ndim: int) -> tuple[int, ...]:
+    """The coord of ``keys[i]`` (``coord_keys`` output). Sliced, not indexed: a numpy bytes
+    scalar drops trailing zero bytes, which are part of the coord."""
+    if ndim == 0:
+        return ()
+    return tuple(int(c) for c in np.frombuffer(keys[i : i + 1].tobytes(), dtype=_BE_U32))
+
+
 def coord_keys(encoded: pa.Array | pa.ChunkedArray, ndim: int) -> np.ndarray:
     """Coords as a numpy fixed-width bytes array, sortable and searchable with ``searchsorted``.
 

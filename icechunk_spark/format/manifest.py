@@ -12,7 +12,7 @@ and lookups are binary searches.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import FormatError
-from .coords import coord_keys
+from ..errors import FormatError, RepeatedCoordError
+from .coords import coord_keys, key_coord
 from .parquet import parquet_to_table, table_to_parquet
 
 REF_FIELDS = [
@@ -115,12 +115,25 @@ def is_tombstone(table: pa.Table) -> pa.ChunkedArray:
     )
 
 
-def merge_refs(layers: Sequence[pa.Table], ndim: int, drop_tombstones: bool = True) -> pa.Table:
+def merge_refs(
+    layers: Sequence[pa.Table],
+    ndim: int,
+    drop_tombstones: bool = True,
+    unordered: Collection[int] = (),
+) -> pa.Table:
     """Overlay ref tables of one array, later layers winning per coord; drop tombstones.
 
     The result is sorted by coord. This runs without a Python loop per chunk: one stable sort on
     the coords, then a shifted comparison keeps the last row of each run of equal coords.
+
+    ``unordered``: indices of layers whose rows have no order among themselves (the staged
+    files of one write, from tasks that ran side by side). A coord twice in one of them has no
+    winner, so it is refused.
+
+    Raises:
+        RepeatedCoordError: a layer in ``unordered`` holds a coord twice.
     """
+    sizes = [t.num_rows for t in layers]
     layers = [t for t in layers if t.num_rows]
     if not layers:
         return empty_refs()
@@ -129,12 +142,32 @@ def merge_refs(layers: Sequence[pa.Table], ndim: int, drop_tombstones: bool = Tr
     keys = coord_keys(combined.column("coord"), ndim)
     order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
+    repeated = sorted_keys[:-1] == sorted_keys[1:]
+    if unordered:
+        # The stable sort keeps layer order within a run of equal coords, so two rows of one
+        # layer at the same coord end up side by side.
+        layer = np.repeat(np.arange(len(sizes)), sizes)[order]
+        _refuse_repeats(
+            repeated & (layer[:-1] == layer[1:]) & np.isin(layer[1:], list(unordered)),
+            sorted_keys,
+            ndim,
+        )
     # Last occurrence of each coord: the row whose successor has a different coord.
     last = np.ones(len(order), dtype=bool)
-    if len(order) > 1:
-        last[:-1] = sorted_keys[:-1] != sorted_keys[1:]
+    last[:-1] = ~repeated
     result = combined.take(pa.array(order[last]))
     return result.filter(pc.invert(is_tombstone(result))) if drop_tombstones else result
+
+
+def _refuse_repeats(twice: np.ndarray, sorted_keys: np.ndarray, ndim: int) -> None:
+    """Raise for the first coord ``twice`` marks (row ``i`` repeats row ``i + 1``)."""
+    if not twice.any():
+        return
+    first = int(np.argmax(twice))
+    coord = key_coord(sorted_keys, first, ndim)
+    # A coord given three times marks two neighbouring rows: count runs, not rows.
+    runs = int(np.count_nonzero(twice[1:] & ~twice[:-1])) + int(twice[0])
+    raise RepeatedCoordError(coord, runs)
 
 
 def encode_manifest(refs: pa.Table, presorted: bool = False) -> bytes:

@@ -63,7 +63,8 @@ class StagedWrite:
 
 
 def staged_refs(path: str, stats: ArrayStaged, files: Iterable[StagedFile]) -> StagedRefs:
-    """The core's view of one array's staged rows (files in key order: later ones win)."""
+    """The core's view of one array's staged rows: one write, so its files have no order
+    among themselves (key order only makes the value the same on every run)."""
     ordered = tuple(sorted(files, key=lambda f: f.key))
     return StagedRefs(
         path,

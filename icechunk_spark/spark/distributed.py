@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from ..core.flush import PieceRunner, PieceTask, write_piece_task
-from ..errors import InvalidInputError
+from ..errors import IcechunkSparkError, InvalidInputError
 from ..format.structure import ManifestRef
+from ..storage import Storage
 from .coordinator import StagedWrite, abort_write, run_commit, staged_refs
 from .plan import RowKind, WritePlan, make_plan, options_from_kwargs
 from .staging import Stager, StageResult, attempt_name, merged_stats
@@ -194,17 +195,37 @@ def spark_piece_runner(spark: SparkSession, plan: WritePlan) -> PieceRunner:
                 for i, blob in zip(
                     batch.column("i").to_pylist(), batch.column("task").to_pylist(), strict=True
                 ):
-                    ref = write_piece_task(storage, pickle.loads(blob))
-                    yield pa.RecordBatch.from_pydict({"i": [i], "manifest": [pickle.dumps(ref)]})
+                    yield pa.RecordBatch.from_pydict(
+                        {"i": [i], "manifest": [_written(storage, blob)]}
+                    )
 
         blobs = spark.createDataFrame(
             [(i, pickle.dumps(t)) for i, t in enumerate(tasks)], "i long, task binary"
         )
         written = blobs.repartition(len(tasks)).mapInArrow(write, "i long, manifest binary")
         rows = sorted(written.collect(), key=lambda r: r["i"])  # the runner keeps task order
-        return [pickle.loads(r["manifest"]) for r in rows]
+        results = [pickle.loads(r["manifest"]) for r in rows]
+        for result in results:
+            if isinstance(result, IcechunkSparkError):
+                raise result
+        return results
 
     return run
+
+
+def _written(storage: Storage, task: bytes) -> bytes:
+    """A piece task's manifest ref, or the error of ours it raised (both pickled).
+
+    Our errors come back as values so the driver raises them as they are (bad input, a
+    conflict), not wrapped in Spark's task failure; anything else fails the task as usual.
+    """
+    try:
+        return pickle.dumps(write_piece_task(storage, pickle.loads(task)))
+    except IcechunkSparkError as error:
+        try:
+            return pickle.dumps(error)
+        except Exception:  # an error that does not pickle fails the task as it is
+            raise error from None
 
 
 __all__ = ["commit_refs", "spark_piece_runner", "stage", "write_chunks"]

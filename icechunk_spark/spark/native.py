@@ -75,7 +75,6 @@ def manifest_schema(u64_types: Sequence[str]) -> StructType:
     )
 
 
-
 @dataclass(frozen=True, slots=True)
 class ManifestScan:
     """One manifest to read: the arrays wanted from it, and what its footer says about it."""

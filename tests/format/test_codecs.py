@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from icechunk_spark.errors import FormatError, InvalidInputError
+from icechunk_spark.errors import FormatError, InvalidInputError, RepeatedCoordError
 from icechunk_spark.format import (
     Ref,
     SnapshotInfo,
@@ -159,6 +160,40 @@ def test_merge_refs_last_write_wins_and_tombstones_delete():
         [layer([(0,), (1,), (2,)], [b"a", b"b", b"c"]), layer([(1,), (2,)], [b"B", None])], 1
     )
     assert merged.column("inline_data").to_pylist() == [b"a", b"B"]
+
+
+def _layer(coords, values):
+    return pa.table(
+        {
+            "array_id": pa.array([1] * len(coords), pa.uint64()),
+            "coord": [encode_coord(c) for c in coords],
+            "inline_data": pa.array(values, pa.binary()),
+        }
+    )
+
+
+def test_merge_refs_refuses_a_coord_twice_in_an_unordered_layer():
+    ordered = _layer([(0, 0), (1, 0)], [b"a", b"b"])
+    # (1, 0) and (2, 0) are repeated; (2, 0) ends in zero bytes, which the error must keep.
+    unordered = _layer([(1, 0), (2, 0), (1, 0), (2, 0), (2, 0)], [b"c", b"d", b"e", b"f", b"g"])
+    with pytest.raises(RepeatedCoordError) as info:
+        merge_refs([ordered, unordered], 2, unordered=[1])
+    assert (info.value.coord, info.value.repeated) == ((1, 0), 2)
+    assert "chunk coord (1, 0): given more than once in one write (and 1 more coords)" in str(
+        info.value
+    )
+    # Across layers a later one wins, unordered or not; and an ordered layer may repeat.
+    later = _layer([(0, 0), (1, 0)], [b"x", b"y"])
+    merged = merge_refs([ordered, later], 2, unordered=[0, 1])
+    assert merged.column("inline_data").to_pylist() == [b"x", b"y"]
+    assert merge_refs([unordered], 2).column("inline_data").to_pylist() == [b"e", b"g"]
+
+
+def test_merge_refs_refuses_the_only_chunk_of_a_0d_array_twice():
+    empty = _layer([], [])  # layer 0: layer numbers count empty layers too
+    twice = _layer([(), ()], [b"a", b"b"])
+    with pytest.raises(RepeatedCoordError, match=re.escape("chunk coord ():")):
+        merge_refs([empty, twice], 0, unordered=[1])
 
 
 def test_txlog_round_trip():

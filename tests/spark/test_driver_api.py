@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 import zarr
 
 from icechunk_spark import Repository
+from icechunk_spark.errors import RepeatedCoordError
 from icechunk_spark.spark import commit_refs, write_chunks
 
 from .helpers import chunk_grid_rows, keys, new_repo
@@ -71,6 +73,27 @@ def test_write_chunks_round_trip(spark: Any, tmp_path: Path) -> None:
     np.testing.assert_array_equal(array[:], values)
     # pack_chunks: one object per task holds several chunks.
     assert len(keys(repo, "c/")) < 6
+    assert keys(repo, "staging/") == set()
+
+
+def test_a_coord_given_twice_is_refused_through_both_front_doors(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The rows of a DataFrame have no order: keeping either ref of a chunk given twice would
+    be a guess (before, whichever staged file sorted last won, and the write succeeded)."""
+    url = (tmp_path / "repo").as_uri()
+    new_repo(url, config=SPLIT_CONFIG)
+    commit_refs(refs_df(spark, virtual_rows([(i, 0) for i in range(30)])), url, arrays=BIG)
+    repo = Repository.open(url)
+    tip, before = repo.lookup_branch("main"), ref_map(repo, "/big")
+    # 40 refs: split into pieces, written on executors (commit_refs) or by commit() (df.write).
+    rows = virtual_rows([(i, 1) for i in range(40)], tag="b") + virtual_rows([(33, 1)], tag="c")
+    message = re.escape("row for array '/big' at coord (33, 1): given more than once in one write")
+    with pytest.raises(RepeatedCoordError, match=message):
+        commit_refs(refs_df(spark, rows), url)
+    with pytest.raises(Exception, match=message):
+        refs_df(spark, rows).write.format("icechunk").mode("append").save(url)
+    assert repo.lookup_branch("main") == tip and ref_map(repo, "/big") == before
     assert keys(repo, "staging/") == set()
 
 

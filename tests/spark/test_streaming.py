@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -180,6 +181,34 @@ def test_absolute_coords_append_like_the_batch_writer(spark: Any, tmp_path: Path
     assert values.shape == (6 * CHUNK,)
     np.testing.assert_array_equal(values[3 * CHUNK : 4 * CHUNK], 3.0)
     np.testing.assert_array_equal(values[: 3 * CHUNK], -1.0)
+
+
+def test_a_batch_placing_two_rows_at_one_coord_fails_and_commits_nothing(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Two rows counted from the end to the same chunk: neither may win by chance."""
+    url = (tmp_path / "repo").as_uri()
+    repo = new_repo(url)
+    folder = tmp_path / "in"
+    write_batch_file(folder, 0)
+    run_stream(spark, folder, url, tmp_path / "ck")
+    tip, before = repo.lookup_branch("main"), series(repo)
+    chunk_objects = keys(repo, "c/")
+    rows = pa.table(
+        {
+            "array": ["/v"] * 3,
+            "coord": [[0], [1], [1]],
+            "data": [np.full(CHUNK, float(v)).tobytes() for v in (7, 8, 9)],
+        }
+    )
+    pq.write_table(rows, folder / "batch-0001.parquet")
+    message = "row for array '/v' at coord (3,): given more than once in one write"
+    with pytest.raises(Exception, match=re.escape(message)):
+        run_stream(spark, folder, url, tmp_path / "ck")
+    assert repo.lookup_branch("main") == tip
+    np.testing.assert_array_equal(series(repo), before)
+    assert keys(repo, "c/") == chunk_objects
+    assert keys(repo, "staging/") == set()
 
 
 def test_bad_options_fail_when_the_query_starts(spark: Any, tmp_path: Path) -> None:

@@ -8,7 +8,9 @@ conflict instead (or resolved the way ``on_conflict`` asks).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from itertools import count
 
 import numpy as np
@@ -18,7 +20,7 @@ import pytest
 from icechunk_spark import ConflictError, Repository
 from icechunk_spark.core.flush import PieceTask, write_piece_task
 from icechunk_spark.core.staged import STAGED_SCHEMA, StagedRefs, read_staged, write_staged
-from icechunk_spark.errors import CHUNK_CONFLICT, RANGE_CONFLICT
+from icechunk_spark.errors import CHUNK_CONFLICT, RANGE_CONFLICT, RepeatedCoordError
 from icechunk_spark.format.coords import encode_coord
 from icechunk_spark.format.structure import ManifestRef
 from tests.support.helpers import create_repo
@@ -255,6 +257,60 @@ def test_a_failed_piece_leaves_the_branch_where_it_was(repo):
         session.commit("staged", piece_runner=runner)
     assert repo.lookup_branch("main") == tip
     assert repo.readonly_session().get_chunk("/big", (0, 0)) is None
+
+
+def one_write(repo: Repository, path: str, *tasks: dict[tuple[int, ...], bytes]) -> StagedRefs:
+    """The staged files of one write whose tasks ran side by side: one file per task."""
+    files = [stage(repo, path, chunks) for chunks in tasks]
+    coords = np.array([c for chunks in tasks for c in chunks], dtype=np.int64)
+    return replace(
+        files[0],
+        count=len(coords),
+        lo=tuple(int(i) for i in coords.min(axis=0)),
+        hi=tuple(int(i) for i in coords.max(axis=0)),
+        indices=tuple(np.unique(coords[:, d]) for d in range(coords.shape[1])),
+        files=tuple(f for part in files for f in part.files),
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "n"),
+    [("/big", 100), ("/time", 10)],  # pieces of a split array; an array of a packed set
+)
+def test_a_coord_staged_twice_in_one_write_is_refused(repo, path, n):
+    """Two tasks of one write gave the same coord: no order says which wins, so neither may.
+
+    Before, the file that happened to sort last won, and the writer was told all went well.
+    """
+    tip = repo.lookup_branch("main")
+    chunks = datacube()[path]
+    coords = list(chunks)[:n]
+    twice = coords[3]
+    first = {c: b"task one" for c in coords[: n // 2]} | {twice: b"task one"}
+    second = {c: b"task two" for c in coords[n // 2 :]} | {twice: b"task two"}
+    session = repo.writable_session()
+    session.add_staged_refs(path, one_write(repo, path, first, second))
+    with pytest.raises(
+        RepeatedCoordError, match=re.escape(f"row for array '{path}' at coord {twice}:")
+    ):
+        session.commit("ambiguous")
+    assert repo.lookup_branch("main") == tip
+    assert repo.readonly_session().get_chunk(path, twice) is None
+
+
+def test_two_stagings_in_one_session_keep_their_order(repo):
+    """Unlike the files of one write, two writes staged into a session do have an order."""
+    session = repo.writable_session()
+    session.add_staged_refs("/big", stage(repo, "/big", {(i, 0): b"earlier" for i in range(120)}))
+    session.add_staged_refs("/big", stage(repo, "/big", {(i, 0): b"later" for i in range(60, 70)}))
+    session.commit("two stagings")
+    read = repo.readonly_session()
+    assert [read.get_chunk("/big", (i, 0)) for i in (59, 60, 69, 70)] == [
+        b"earlier",
+        b"later",
+        b"later",
+        b"earlier",
+    ]
 
 
 def test_staged_refs_are_read_back_before_commit(repo):
