@@ -1,6 +1,6 @@
 """Cold lookup of one chunk ref (issue 12, item 6: <= 20 ms for a 1 M-ref array, local disk).
 
-    .venv/bin/python bench/bench_lookup.py [--refs 1000000] [--runs 15]
+    .venv/bin/python bench/bench_lookup.py [--refs 1000000] [--runs 15] [--pieces 1000]
 
 One array of N virtual refs in the default manifest config (so one manifest of up to 1 M
 refs), refs made as bench_virtual.py makes them (100 files, random lengths of 20-40 kB).
@@ -11,7 +11,9 @@ max. Rows:
 
 - today's layout (row groups of 16 Ki rows): the lookup decodes one row group;
 - the layout before (256 Ki-row groups), read by today's code: what an old manifest costs;
-- today's layout, whole manifest decoded first: the code path lookups took before.
+- today's layout, whole manifest decoded first: the code path lookups took before;
+- today's layout split into ``--pieces`` manifests (1,000: what the 1 B-ref run makes), so
+  opening the snapshot decodes that many manifest refs from the structure file.
 
 Then the same cold read through zarr on both sides (issue 12, item 7): one element of a
 (1000 x 1000)-chunk float32 array of 4-byte virtual chunks in 100 real local files,
@@ -199,8 +201,9 @@ def _figures(results: list[dict[str, Any]]) -> list[str]:
     return [summary(results, k) for k in ("import", "open", "lookup", "total")]
 
 
-def build(root: Path, refs: int, row_group_size: int | None) -> str:
-    """A repository holding one array of ``refs`` virtual refs; returns its URL."""
+def build(root: Path, refs: int, row_group_size: int | None, pieces: int = 1) -> str:
+    """A repository holding one array of ``refs`` virtual refs (split into ``pieces``
+    manifests); returns its URL."""
     import pyarrow as pa
 
     from bench.bench_virtual import CELLS, CONTAINER, virtual_refs
@@ -211,9 +214,11 @@ def build(root: Path, refs: int, row_group_size: int | None) -> str:
     if row_group_size is not None:
         manifest_format.ROW_GROUP_SIZE = row_group_size
     try:
-        repo = Repository.create(
-            root.as_uri(), config={"virtual_chunk_containers": {CONTAINER: {}}}
-        )
+        config: dict[str, Any] = {"virtual_chunk_containers": {CONTAINER: {}}}
+        if pieces > 1:
+            per_piece = {"default": {"max-manifest-size": -(-refs // pieces)}}
+            config["manifests"] = {"chunk-manifests": {"sets": [per_piece], "rules": []}}
+        repo = Repository.create(root.as_uri(), config=config)
         coords, urls, offsets, lengths = virtual_refs(refs)
         session = repo.writable_session()
         session.create_group("/")
@@ -255,6 +260,9 @@ def main() -> None:
     parser.add_argument("--refs", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--skip-zarr", action="store_true", help="no zarr side-by-side")
+    parser.add_argument(
+        "--pieces", type=int, default=1000, help="manifests of the split row (as 1 B refs make)"
+    )
     args = parser.parse_args()
     from bench.common import print_table
 
@@ -263,12 +271,14 @@ def main() -> None:
         start = time.perf_counter()
         today = build(root / "today", args.refs, None)
         before = build(root / "before", args.refs, 256 * 1024)
+        split = build(root / "split", args.refs, None, args.pieces)
         built_s = time.perf_counter() - start
         rows: list[list[Any]] = []
         for label, url, mode in (
             ("16 Ki-row groups (today): one row group", today, "point"),
             ("256 Ki-row groups (old manifest): one row group", before, "point"),
             ("16 Ki-row groups, whole manifest decoded (before)", today, "whole"),
+            (f"split into {args.pieces:,} manifests: the structure lists them all", split, "point"),
         ):
             results = cold_runs(url, mode, args.runs, args.refs)
             manifest = sum(p.stat().st_size for p in Path(url[7:], "m").iterdir())
@@ -276,7 +286,7 @@ def main() -> None:
         zarr = [] if args.skip_zarr else zarr_rows(root / "zarr", args.runs)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(f"(built both repositories in {built_s:.1f} s)")
+    print(f"(built the repositories in {built_s:.1f} s)")
     print_table(
         f"Cold lookup of one ref, {args.refs:,} virtual refs in one array, local disk, "
         f"fresh process per run, median (min-max) of {args.runs} runs, ms",

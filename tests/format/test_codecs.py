@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -33,6 +34,7 @@ from icechunk_spark.format import (
     new_object_id,
 )
 from icechunk_spark.format.manifest import conform_refs
+from icechunk_spark.format.parquet import table_to_parquet
 from icechunk_spark.format.structure import ManifestRef
 from icechunk_spark.format.txlog import NodeChange, chunk_changes
 
@@ -113,6 +115,51 @@ def test_structure_round_trip_keeps_exact_zarr_json_and_widened_shapes():
     assert rows[1].zarr_json == ARRAY_JSON
     assert rows[1].manifests == array.manifests
     assert array.meta is not None and array.meta.grid_shape == (10, 10_000)
+
+
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(
+                st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 2**40)), max_size=3),
+                st.integers(0, 2**63),
+                st.sampled_from(["default", "coordinates"]),
+            ),
+            max_size=4,
+        ),
+        max_size=5,
+    )
+)
+def test_structure_manifest_refs_decode_column_by_column(per_array):
+    """Any number of manifests per node, of any rank (0-d: an empty extent), between groups."""
+    nodes = [make_node(1, "/", b'{"zarr_format":3,"node_type":"group"}')]
+    for i, manifests in enumerate(per_array):
+        refs = tuple(
+            ManifestRef(f"M{i}-{j}", tuple(extent), count, set_name)
+            for j, (extent, count, set_name) in enumerate(manifests)
+        )
+        nodes.append(make_node(10 + i, f"/a{i}", ARRAY_JSON, refs))
+        nodes.append(make_node(100 + i, f"/g{i}", b'{"zarr_format":3,"node_type":"group"}'))
+    rows = decode_structure(encode_structure(nodes, "A1")[0], "s/X")
+    assert {r.path: r.manifests for r in rows} == {n.path: n.manifests for n in nodes}
+
+
+def test_structure_with_null_manifest_lists_decodes_them_as_empty():
+    """Another writer may leave a group's manifests null rather than empty."""
+    data, _, _ = encode_structure(
+        [
+            make_node(1, "/", b'{"zarr_format":3,"node_type":"group"}'),
+            make_node(2, "/a", ARRAY_JSON, (ManifestRef("M1", ((0, 10), (0, 5)), 7, "default"),)),
+        ],
+        "A1",
+    )
+    table = pq.read_table(pa.BufferReader(data))
+    column = table.schema.get_field_index("manifests")
+    nulled = pa.array([None, table.column(column)[1].as_py()], table.schema.field(column).type)
+    rows = decode_structure(
+        table_to_parquet(table.set_column(column, table.schema.field(column), nulled)), "s/N"
+    )
+    assert [r.manifests for r in rows] == [(), (ManifestRef("M1", ((0, 10), (0, 5)), 7),)]
 
 
 def test_corrupt_structure_and_manifest_name_the_file():
