@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote
@@ -48,6 +49,8 @@ Authorization = Mapping[str, Mapping[str, Any]]
 
 # Characters whose meaning differs between filesystems, HTTP servers and object stores.
 _FORBIDDEN = ("\\", "?", "#")
+# A scheme and no "//": Hadoop (so Spark's input_file_name and _metadata) writes file:/path.
+_NO_AUTHORITY = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(?!//)(.*)", re.DOTALL)
 
 
 def normalize_prefix(prefix: str) -> str:
@@ -106,6 +109,8 @@ def resolve_url(url: str, containers: Iterable[str]) -> tuple[str, str]:
     scheme, sep, rest = url.partition("://")
     if not sep and url.startswith("/"):  # an absolute local path, as kerchunk writes them
         scheme, sep, rest = "file", "://", url
+    elif not sep and (bare := _NO_AUTHORITY.fullmatch(url)) is not None:
+        scheme, sep, rest = "file", "://", _hadoop_file_path(url, *bare.groups())
     if not sep:
         _check_text(url, url)
         if len(prefixes) != 1:
@@ -128,6 +133,20 @@ def resolve_url(url: str, containers: Iterable[str]) -> tuple[str, str]:
         f"virtual ref {url!r} is outside every virtual chunk container ({prefixes}); "
         "add its prefix to the repository config's virtual_chunk_containers"
     )
+
+
+def _hadoop_file_path(url: str, scheme: str, path: str) -> str:
+    """The path of ``file:/path``, Hadoop's spelling of ``file:///path``.
+
+    Any other scheme without ``//`` is refused: read as a relative ref, ``file:/data/a.nc``
+    used to become ``<container>file:/data/a.nc``, a ref to no file.
+    """
+    if scheme.lower() != "file" or not path.startswith("/"):
+        raise VirtualRefRefusedError(
+            f"virtual ref {url!r} refused: a {scheme!r} URL needs '//' "
+            "(only file:/path, as Hadoop and Spark write local files, may leave it out)"
+        )
+    return path
 
 
 def _file_path(url: str, rest: str) -> str:

@@ -97,6 +97,16 @@ def test_a_coord_given_twice_is_refused_through_both_front_doors(
     assert keys(repo, "staging/") == set()
 
 
+def test_locations_in_hadoops_file_form_resolve_to_file_urls(spark: Any, tmp_path: Path) -> None:
+    """Spark names local files file:/path; such a location once became <container>file:/path."""
+    url = (tmp_path / "repo").as_uri()
+    new_repo(url, config=SPLIT_CONFIG)
+    rows = [("/big", [i, 0], f"file:/data/a/{i}.bin", 0, 1) for i in range(3)]
+    commit_refs(refs_df(spark, rows), url, arrays=BIG)
+    refs = ref_map(Repository.open(url), "/big")
+    assert refs == {(i, 0): (f"{CONTAINER}a/{i}.bin", 0, 1) for i in range(3)}
+
+
 def test_commit_refs_splits_and_appends_touch_only_their_pieces(spark: Any, tmp_path: Path) -> None:
     url = (tmp_path / "repo").as_uri()
     new_repo(url, config=SPLIT_CONFIG)

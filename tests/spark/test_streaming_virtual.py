@@ -48,9 +48,9 @@ def file_refs(container: str) -> Any:
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            for hadoop_path in batch.column("path").to_pylist():
-                # Spark names local files file:/path (Hadoop's form); refs keep file:///path.
-                path = Path(hadoop_path.removeprefix("file:")).as_uri()
+            for path in batch.column("path").to_pylist():
+                # As Spark names it: file:/path (Hadoop's form), resolved to file:///path.
+                assert path.startswith("file:/") and not path.startswith("file://")
                 rows, summary = scan_file(path, "time", "/", {container: {}})
                 refs = rows.filter(pa.compute.not_equal(rows.column("array"), "/time"))
                 refs = refs.select(REF_SCHEMA.names).cast(REF_SCHEMA)

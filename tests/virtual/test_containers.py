@@ -50,6 +50,10 @@ CONTAINERS = ["file:///data/", "s3://bucket/climate/"]
         "s3://bucket/climate/../private/key",
         "https://example.com/data/x.nc",
         "x.nc",  # relative, but two containers: ambiguous
+        # Without "//", only Hadoop's file:/path is a URL; it used to become <container>file:/...
+        "file:/etc/passwd",
+        "file:data/x.nc",
+        "s3:/bucket/climate/x.nc",
     ],
 )
 def test_refused_urls(url: str) -> None:
@@ -64,6 +68,9 @@ def test_refused_urls(url: str) -> None:
         ("FILE:///data/x.nc", "file:///data/x.nc", "file:///data/"),
         ("file:///data//sub/./x.nc", "file:///data/sub/x.nc", "file:///data/"),
         ("s3://bucket/climate/a/b.nc", "s3://bucket/climate/a/b.nc", "s3://bucket/climate/"),
+        # Hadoop's spelling, as Spark's input_file_name() and _metadata.file_path give it.
+        ("file:/data/x.nc", "file:///data/x.nc", "file:///data/"),
+        ("file:/data/a%20b.nc", "file:///data/a b.nc", "file:///data/"),
     ],
 )
 def test_accepted_urls(url: str, absolute: str, container: str) -> None:
