@@ -89,6 +89,12 @@ def layout(repo: Repository) -> list[tuple[object, ...]]:
     return [*manifests, *extents]
 
 
+def big_column(repo: Repository, *steps: int) -> list[bytes | None]:
+    """The committed chunks ``(step, 0)`` of ``/big``."""
+    read = repo.readonly_session()
+    return [read.get_chunk("/big", (i, 0)) for i in steps]
+
+
 @pytest.fixture
 def repo(backend) -> Repository:
     repo = create_repo(backend, config=CONFIG)
@@ -224,13 +230,7 @@ def test_overlapping_staged_writes_conflict_and_ours_keeps_the_later(repo):
         second.commit("second")
     assert [c.kind for c in info.value.conflicts] == [RANGE_CONFLICT]
     second.commit("second", on_conflict="ours")
-    read = repo.readonly_session()
-    assert [read.get_chunk("/big", (i, 0)) for i in (0, 4, 5, 14)] == [
-        b"first",
-        b"first",
-        b"second",
-        b"second",
-    ]
+    assert big_column(repo, 0, 4, 5, 14) == [b"first", b"first", b"second", b"second"]
 
 
 def test_disjoint_staged_appends_both_land(repo):
@@ -304,13 +304,7 @@ def test_two_stagings_in_one_session_keep_their_order(repo):
     session.add_staged_refs("/big", stage(repo, "/big", {(i, 0): b"earlier" for i in range(120)}))
     session.add_staged_refs("/big", stage(repo, "/big", {(i, 0): b"later" for i in range(60, 70)}))
     session.commit("two stagings")
-    read = repo.readonly_session()
-    assert [read.get_chunk("/big", (i, 0)) for i in (59, 60, 69, 70)] == [
-        b"earlier",
-        b"later",
-        b"later",
-        b"earlier",
-    ]
+    assert big_column(repo, 59, 60, 69, 70) == [b"earlier", b"later", b"later", b"earlier"]
 
 
 def test_staged_refs_are_read_back_before_commit(repo):
