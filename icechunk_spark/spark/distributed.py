@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from ..core.flush import PieceRunner, PieceTask, write_piece_task
-from ..errors import IcechunkSparkError, InvalidInputError
+from ..errors import InvalidInputError
 from ..format.structure import ManifestRef
 from ..storage import Storage
 from .coordinator import StagedWrite, abort_write, run_commit, staged_refs
@@ -206,7 +206,7 @@ def spark_piece_runner(spark: SparkSession, plan: WritePlan) -> PieceRunner:
         rows = sorted(written.collect(), key=lambda r: r["i"])  # the runner keeps task order
         results = [pickle.loads(r["manifest"]) for r in rows]
         for result in results:
-            if isinstance(result, IcechunkSparkError):
+            if isinstance(result, InvalidInputError):
                 raise result
         return results
 
@@ -214,14 +214,15 @@ def spark_piece_runner(spark: SparkSession, plan: WritePlan) -> PieceRunner:
 
 
 def _written(storage: Storage, task: bytes) -> bytes:
-    """A piece task's manifest ref, or the error of ours it raised (both pickled).
+    """A piece task's manifest ref, or the bad-input error it raised (both pickled).
 
-    Our errors come back as values so the driver raises them as they are (bad input, a
-    conflict), not wrapped in Spark's task failure; anything else fails the task as usual.
+    Bad input comes back as a value, so the driver raises it as it is rather than wrapped in
+    Spark's task failure, and Spark does not retry what would fail the same way again.
+    Anything else (a storage error) fails the task as usual, so Spark retries it.
     """
     try:
         return pickle.dumps(write_piece_task(storage, pickle.loads(task)))
-    except IcechunkSparkError as error:
+    except InvalidInputError as error:
         try:
             return pickle.dumps(error)
         except Exception:  # an error that does not pickle fails the task as it is
