@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -57,25 +56,9 @@ def array_shape(refs: int, arrays: int) -> tuple[int, int]:
 
 
 def start_spark(driver_memory: str = "6g") -> Any:
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    from bench.common import local_spark
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-spark")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "8")
-        .config("spark.driver.memory", driver_memory)
-        .config("spark.driver.extraJavaOptions", "-XX:+UseParallelGC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    from icechunk_spark.spark import register
-
-    register(spark)
-    return spark
+    return local_spark("bench-spark", shuffle_partitions=8, driver_memory=driver_memory)
 
 
 def refs_frame(spark: Any, refs: int, arrays: int) -> Any:

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import print_table
+from bench.common import local_spark, print_table
 from icechunk_spark import Repository
 
 CHUNK = 256  # float32 values: 1 KiB raw chunks
@@ -63,23 +63,7 @@ def write_inputs(folder: Path, batches: int, chunks: int, rows: str, blob: Path)
 
 
 def spark_session() -> Any:
-    from pyspark.sql import SparkSession
-
-    from icechunk_spark.spark import register
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-streaming")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
+    return local_spark("bench-streaming", shuffle_partitions=2)
 
 
 def run(spark: Any, work: Path, batches: int, chunks: int, rows: str) -> list[Any]:

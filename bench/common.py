@@ -1,12 +1,42 @@
-"""Shared helpers for benchmarks: timing, peak memory, and printing a table."""
+"""Shared helpers for benchmarks: timing, peak memory, printing a table, a local Spark."""
 
 from __future__ import annotations
 
+import os
 import resource
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+
+
+def local_spark(app: str, shuffle_partitions: int, driver_memory: str | None = None) -> Any:
+    """A ``local[2]`` SparkSession (UI off, on 127.0.0.1) with the icechunk source registered.
+
+    ``driver_memory``: the JVM heap, with the parallel collector (``None``: Spark's default).
+    """
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from icechunk_spark.spark import register
+
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    )
+    if driver_memory is not None:
+        builder = builder.config("spark.driver.memory", driver_memory).config(
+            "spark.driver.extraJavaOptions", "-XX:+UseParallelGC"
+        )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
 
 
 def peak_rss_mb() -> float:
