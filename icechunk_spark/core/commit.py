@@ -22,7 +22,7 @@ are orphans that garbage collection removes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -87,21 +87,32 @@ class AssertNoGCSince:
 
 @dataclass(frozen=True, slots=True)
 class AssertNotCommitted:
-    """Requirement: no snapshot in branch ``ref``'s history carries all of ``marks`` in its
-    metadata (a commit a retry or replay may repeat must land once)."""
+    """Requirement: no snapshot in branch ``ref``'s history answers for ``marks`` (a commit a
+    retry or replay may repeat must land once)."""
 
     ref: str
     marks: Mapping[str, Any]
 
     def landed(self, state: State) -> str | None:
         """The snapshot that already made this commit, if one did."""
-        tip = state.refs.get(self.ref)
-        if tip is None:
+        return landed_once(state, self.marks, branch=self.ref)
+
+
+def landed_once(state: State, marks: Mapping[str, Any], branch: str | None = None) -> str | None:
+    """The snapshot that answers for the commit named by ``marks``, if one does.
+
+    With ``branch``: only that branch's history counts (``None`` if there is no such branch);
+    without: every listed snapshot. A snapshot answers for its own commit's marks and for
+    those expiry carried into it from the snapshots it removed below it.
+    """
+    if branch is None:
+        candidates: Iterable[SnapshotInfo] = state.snapshots.values()
+    else:
+        tip = state.refs.get(branch)
+        if tip is None or tip.type != "branch":
             return None
-        for info in walk(state, tip.snapshot_id):
-            if all(info.metadata.get(k) == v for k, v in self.marks.items()):
-                return info.id
-        return None
+        candidates = walk(state, tip.snapshot_id)
+    return next((info.id for info in candidates if info.answers_for(marks)), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +231,7 @@ class Commit:
             structure_file=built.structure_id,
             message=message,
             metadata=metadata,
+            once_marks=(dict(self._once.marks),) if self._once else (),
         )
         config = state.config
         if self._config_change is not None:

@@ -31,6 +31,21 @@ class SnapshotInfo:
     # the expired snapshots in between are not in any listed transaction log, so a rebase
     # must not cross this link (it could not see them).
     parent_relinked: bool = False
+    # The once-marks this snapshot answers for: its own commit's (``Session.commit(once=)``)
+    # and those expiry carried forward from the snapshots it removed below this one, so a
+    # replayed commit is still recognised after its own snapshot was expired.
+    once_marks: tuple[Mapping[str, Any], ...] = ()
+
+    def answers_for(self, marks: Mapping[str, Any]) -> bool:
+        """Whether this snapshot made (or, after expiry, holds) the commit named by ``marks``.
+
+        The metadata counts too: snapshots written before ``once-marks`` existed kept their
+        marks only there.
+        """
+        return any(
+            all(known.get(k) == v for k, v in marks.items())
+            for known in (self.metadata, *self.once_marks)
+        )
 
     @property
     def written_at(self) -> Any:
@@ -161,6 +176,8 @@ def _encode_snapshot(s: SnapshotInfo) -> dict[str, Any]:
     }
     if s.parent_relinked:
         doc["parent-relinked"] = True
+    if s.once_marks:
+        doc["once-marks"] = [dict(m) for m in s.once_marks]
     return doc
 
 
@@ -206,6 +223,7 @@ def _decode_snapshot(s: Mapping[str, Any]) -> SnapshotInfo:
         message=str(props.get("message", "")),
         metadata=dict(props.get("metadata") or {}),
         parent_relinked=bool(s.get("parent-relinked", False)),
+        once_marks=tuple(dict(m) for m in s.get("once-marks") or ()),
     )
 
 

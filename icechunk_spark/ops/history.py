@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -242,33 +242,69 @@ def expire_state(
     expired = frozenset(state.snapshots) - kept
     if not expired and len(refs) == len(state.refs):
         return None, expired
-    nearest: dict[str, str | None] = {}
+    nearest: dict[str, _Below] = {}
     snapshots = {
         i: _relinked(info, state, kept, nearest) for i, info in state.snapshots.items() if i in kept
     }
     return state.next(snapshots=snapshots, refs=refs), expired
 
 
+@dataclass(frozen=True, slots=True)
+class _Below:
+    """What lies below an expired snapshot: its nearest kept ancestor, and the once-marks of
+    the expired snapshots from it down to that ancestor (itself included)."""
+
+    kept_ancestor: str | None
+    once_marks: tuple[Mapping[str, Any], ...]
+
+
 def _relinked(
-    info: SnapshotInfo, state: State, kept: set[str], nearest: dict[str, str | None]
+    info: SnapshotInfo, state: State, kept: set[str], below: dict[str, _Below]
 ) -> SnapshotInfo:
-    """``info`` with its parent replaced by its nearest kept ancestor (``nearest`` memoises)."""
-    walked: list[str] = []
-    cursor = info.parent_id
-    while cursor is not None and cursor not in kept and cursor not in nearest:
-        walked.append(cursor)
-        ancestor = state.snapshots.get(cursor)
-        cursor = ancestor.parent_id if ancestor is not None else None
-        if cursor in walked:
-            cursor = None  # a (corrupt) cycle: treat as the start of history
-    parent = nearest[cursor] if cursor is not None and cursor in nearest else cursor
-    for expired_id in walked:
-        nearest[expired_id] = parent
-    if parent == info.parent_id:
+    """``info`` with its parent replaced by its nearest kept ancestor, carrying the once-marks
+    of the expired snapshots in between (``below`` memoises the walk per expired snapshot)."""
+    if info.parent_id is None or info.parent_id in kept:
         return info
+    skipped = _below(info.parent_id, state, kept, below)
     # The snapshots skipped over are gone from every listed transaction log: mark the link so
-    # a rebase never crosses it believing it saw every change (see Session._rebase).
-    return replace(info, parent_id=parent, parent_relinked=True)
+    # a rebase never crosses it believing it saw every change (see Session._rebase). Their
+    # once-marks move here, so a replay of one of their commits is still refused.
+    return replace(
+        info,
+        parent_id=skipped.kept_ancestor,
+        parent_relinked=True,
+        once_marks=_union(info.once_marks, skipped.once_marks),
+    )
+
+
+def _below(expired_id: str, state: State, kept: set[str], below: dict[str, _Below]) -> _Below:
+    """The nearest kept ancestor of an expired snapshot and the marks on the way to it."""
+    walked: list[SnapshotInfo] = []
+    cursor: str | None = expired_id
+    seen: set[str] = set()
+    while cursor is not None and cursor not in kept and cursor not in below:
+        if cursor in seen:
+            cursor = None  # a (corrupt) cycle: treat as the start of history
+            break
+        seen.add(cursor)
+        ancestor = state.snapshots.get(cursor)
+        if ancestor is None:
+            cursor = None
+            break
+        walked.append(ancestor)
+        cursor = ancestor.parent_id
+    done = below.get(cursor) if cursor is not None else None
+    result = done if done is not None else _Below(cursor, ())
+    for ancestor in reversed(walked):  # oldest first, so each entry builds on the one below
+        result = _Below(result.kept_ancestor, _union(ancestor.once_marks, result.once_marks))
+        below[ancestor.id] = result
+    return result
+
+
+def _union(
+    ours: tuple[Mapping[str, Any], ...], carried: tuple[Mapping[str, Any], ...]
+) -> tuple[Mapping[str, Any], ...]:
+    return ours + tuple(m for m in carried if m not in ours)
 
 
 def utc_ms(when: datetime, name: str) -> int:

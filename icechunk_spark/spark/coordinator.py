@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.commit import landed_once
 from ..core.flush import PieceRunner
 from ..core.repository import Repository
 from ..core.session import Session
@@ -77,11 +78,9 @@ def staged_refs(path: str, stats: ArrayStaged, files: Iterable[StagedFile]) -> S
 
 
 def committed_snapshot(repo: Repository, write_id: str) -> str | None:
-    """The snapshot a write with this id committed, if it did."""
-    for info in repo.state().snapshots.values():
-        if info.metadata.get(WRITE_ID_KEY) == write_id:
-            return info.id
-    return None
+    """The snapshot that holds the write with this id, if it landed (on any branch; after
+    expiry, a later snapshot carrying the write's marks)."""
+    return landed_once(repo.state(), {WRITE_ID_KEY: write_id})
 
 
 def stage_into(session: Session, plan: WritePlan, staged: StagedWrite) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
+from ..core.commit import landed_once
 from ..core.repository import Repository
 from ..errors import Conflict, ConflictError, InvalidInputError
 from ..format.ids import new_object_id
@@ -200,19 +201,13 @@ def commit_batch(
 
 
 def committed_batch(repo: Repository, branch: str, query_id: str, batch_id: int) -> str | None:
-    """The snapshot of ``branch``'s history that committed this query's batch, if one did.
+    """The snapshot of ``branch``'s history that holds this query's batch, if one does.
 
-    A query commits its batches in order, so the walk stops at the query's first older batch.
+    ``None`` also when there is no such branch (nothing was committed to it). After expiry the
+    answer may be a later snapshot that carries the batch's marks (``landed_once``).
     """
-    for info in repo.ancestry(branch=branch):
-        if info.metadata.get(STREAM_QUERY_KEY) != query_id:
-            continue
-        committed = info.metadata.get(STREAM_BATCH_KEY)
-        if committed == batch_id:
-            return info.id
-        if isinstance(committed, int) and committed < batch_id:
-            return None
-    return None
+    marks = {STREAM_QUERY_KEY: query_id, STREAM_BATCH_KEY: batch_id}
+    return landed_once(repo.state(), marks, branch=branch)
 
 
 __all__ = [

@@ -341,7 +341,7 @@ def test_a_killed_driver_restarted_from_its_checkpoint_appends_every_batch_exact
     np.testing.assert_array_equal(series(repo), expected)
 
 
-def test_committed_batch_finds_the_pair_and_stops_at_an_older_batch(tmp_path: Path) -> None:
+def test_committed_batch_finds_the_pair_on_its_branch_only(tmp_path: Path) -> None:
     repo = new_repo((tmp_path / "repo").as_uri())
     for query, batch in (("q1", 0), ("q2", 0), ("q1", 1), ("q1", 2)):
         session = repo.writable_session("main")
@@ -352,9 +352,8 @@ def test_committed_batch_finds_the_pair_and_stops_at_an_older_batch(tmp_path: Pa
     assert committed_batch(repo, "main", "q2", 0) is not None
     assert committed_batch(repo, "main", "q1", 3) is None
     assert committed_batch(repo, "main", "q3", 0) is None
-    # The walk stops only at an *older* batch of the query, so newer ones do not hide it.
     assert committed_batch(repo, "main", "q1", 0) is not None
-    assert committed_batch(repo, "other", "q1", 2) is None if False else True
+    assert committed_batch(repo, "other", "q1", 2) is None  # no such branch: nothing landed
 
 
 def test_a_batch_landing_after_our_look_at_the_history_is_still_committed_once(
