@@ -206,16 +206,39 @@ class Commit:
         )
 
     def _build(self, progress: Progress | None) -> BuiltSnapshot:
-        return build_snapshot(
-            self._repo.storage,
-            self.base,
-            self._changes,
-            self._manifest_config,
-            self._repo.pool,
-            self._stats.tables(),
-            progress,
-            self._piece_runner,
-        )
+        try:
+            return build_snapshot(
+                self._repo.storage,
+                self.base,
+                self._changes,
+                self._manifest_config,
+                self._repo.pool,
+                self._stats.tables(),
+                progress,
+                self._piece_runner,
+            )
+        except NotFoundError as missing:
+            self._stale_if_collected(missing)
+            raise
+
+    def _stale_if_collected(self, missing: NotFoundError) -> None:
+        """An object this commit reads (a staged ref file, a chunk file) is gone: when a GC
+        fenced the repository after our write began, that explains it, and says what to do.
+
+        Raises:
+            StaleSessionError: GC ran since the write began (nothing was committed).
+        """
+        state = read_latest_state(self._repo.storage)
+        fence = state.gc_fence
+        if fence is None or AssertNoGCSince(self.fresh_since).holds(state):
+            return  # no collection since we began: the object is missing for another reason
+        cutoff = datetime.fromtimestamp(fence.cutoff_ms / 1000, tz=UTC).isoformat()
+        raise StaleSessionError(
+            f"garbage collection with a cut-off of {cutoff} ran while this write was in "
+            f"flight and deleted what it had written ({missing}); nothing was committed: run "
+            "the write again (a streaming query: restart it, and the batch is replayed), and "
+            "collect garbage with a cut-off older than the longest write (e.g. 7 days)"
+        ) from missing
 
     def _next_state(
         self, state: State, built: BuiltSnapshot, message: str, metadata: Mapping[str, Any]
