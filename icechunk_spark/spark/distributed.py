@@ -21,13 +21,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from ..core.flush import PieceRunner, PieceTask, write_piece_task
 from ..errors import InvalidInputError
 from ..format.structure import ManifestRef
 from ..storage import Storage
 from .coordinator import StagedWrite, abort_write, run_commit, staged_refs
-from .plan import RowKind, WritePlan, make_plan, options_from_kwargs
+from .plan import WritePlan, make_plan, options_from_kwargs
+from .row_schema import RowKind, check_row_schema
 from .staging import Stager, StageResult, attempt_name, merged_stats
 
 if TYPE_CHECKING:
@@ -107,6 +109,7 @@ def write_chunks(
 def _run(df: DataFrame, url: str, kind: RowKind, mode: str, kwargs: dict[str, Any]) -> str | None:
     if mode not in ("append", "overwrite"):
         raise InvalidInputError(f"mode must be 'append' or 'overwrite', not {mode!r}")
+    check_row_schema(to_arrow_schema(df.schema))
     plan = make_plan(options_from_kwargs(url, **kwargs), df.columns, mode == "overwrite")
     if plan.rows != kind:
         other = "write_chunks" if plan.rows == "data" else "commit_refs"

@@ -38,6 +38,7 @@ from ..format.structure import Node
 from ..storage import Storage
 from ..storage.ranged import open_parquet
 from . import scan
+from .option_names import NATIVE_READ, check_options
 from .options import read_target, repo_options
 from .source import spark_schema
 
@@ -105,6 +106,7 @@ def read_chunks(
     Raises:
         InvalidInputError: bad options, or storage Spark's file sources cannot read.
     """
+    check_options(options, NATIVE_READ, "read_chunks")
     storage = {f"storage.{k}": v for k, v in (storage_options or {}).items()}
     opts = {**options, **storage, "path": url}
     repo_opts = repo_options(opts)

@@ -20,8 +20,8 @@ from ..format.keys import STAGING_PREFIX
 from ..format.paths import normalize_path
 from ..format.structure import ArrayMeta, parse_array_meta, parse_zarr_json
 from .options import RepoOptions, get, get_bool, get_int, parse_value, repo_options
+from .row_schema import RowKind, row_kind
 
-RowKind = Literal["virtual", "data"]
 Mode = Literal["append", "overwrite"]
 # Where rows land along ``append_dim``: at their coords as given, or counted from the array's
 # end (coord 0 is the first chunk after the data already there), like xarray's appends.
@@ -106,30 +106,6 @@ class WritePlan:
         return self.arrays.get(path)
 
 
-def row_kind(columns: Sequence[str]) -> RowKind:
-    """``data`` rows (array, coord, data) or ``virtual`` rows (array, coord, location, ...)."""
-    names = set(columns)
-    missing_base = {"array", "coord"} - names
-    if missing_base:
-        raise InvalidInputError(
-            f"rows to write need the columns 'array' and 'coord'; missing {sorted(missing_base)}"
-        )
-    if "data" in names:
-        return "data"
-    if "location" in names:
-        missing = {"offset", "length"} - names
-        if missing:
-            raise InvalidInputError(
-                "virtual ref rows need 'location', 'offset' and 'length'; "
-                f"missing {sorted(missing)}"
-            )
-        return "virtual"
-    raise InvalidInputError(
-        "rows to write need either a 'data' column (raw chunk bytes) or 'location', 'offset' "
-        f"and 'length' columns (virtual refs); got {sorted(names)}"
-    )
-
-
 def make_plan(
     options: Mapping[str, str],
     columns: Sequence[str],
@@ -190,6 +166,7 @@ def make_plan(
         arrays[path] = ArrayTarget(
             path, doc_bytes, path in existing, grow_axis(meta, append_dim), meta
         )
+    _check_append_dim(arrays, append_dim)
     if placement == "after_end":
         _check_after_end(arrays, append_dim, overwrite)
     return WritePlan(
@@ -210,6 +187,26 @@ def make_plan(
         stage_rows=get_int(options, "stage_rows", DEFAULT_STAGE_ROWS),
         base_generation=state.generation,
         groups=declared_groups(get(options, "groups")),
+    )
+
+
+def _check_append_dim(arrays: Mapping[str, ArrayTarget], append_dim: str | None) -> None:
+    """A misspelled ``append_dim`` grows nothing, and rows past an array's end then look like
+    rows outside its grid: name the option instead."""
+    # An array the ``shapes`` option sizes does not grow, but may have the dimension.
+    if (
+        not append_dim
+        or not arrays
+        or any(grow_axis(t.meta, append_dim) is not None for t in arrays.values())
+    ):
+        return
+    dims = ", ".join(
+        f"{path!r}: {tuple(t.meta.dimension_names or range(t.meta.ndim))}"
+        for path, t in sorted(arrays.items())
+    )
+    raise InvalidInputError(
+        f"option append_dim={append_dim!r} is no dimension of any array (a dimension name or "
+        f"an axis index); the arrays' dimensions: {dims}"
     )
 
 
@@ -374,5 +371,4 @@ __all__ = [
     "grow_axis",
     "make_plan",
     "options_from_kwargs",
-    "row_kind",
 ]

@@ -41,8 +41,10 @@ from ..format.paths import normalize_path
 from . import scan, tables
 from .changes import ChangesReader, ChangesStreamReader, stream_table
 from .coordinator import abort_write, commit_staged
+from .option_names import STREAM_WRITE, WRITE, check_options, read_options
 from .options import ReadTarget, RepoOptions, get, get_int, read_target, repo_options
 from .plan import WritePlan, make_plan
+from .row_schema import check_row_schema
 from .staging import Stager, StageResult, attempt_name
 from .streaming import IcechunkStreamWriter
 
@@ -70,13 +72,16 @@ class IcechunkDataSource(DataSource):
         return NAME
 
     def schema(self) -> StructType:
-        return spark_schema(self._table())
+        return spark_schema(self._read_table())
 
-    def _table(self) -> str:
-        return (get(self.options, "table") or "chunks").lower()
+    def _read_table(self) -> str:
+        """The table to read; its options checked (``schema`` and ``reader`` both ask)."""
+        table = (get(self.options, "table") or "chunks").lower()
+        check_options(self.options, read_options(table), f"reading the {table!r} table")
+        return table
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        table = self._table()
+        table = self._read_table()
         if table == "changes":
             return ChangesReader(self.options, checked_schema(table, schema))
         if table != "chunks":
@@ -89,6 +94,8 @@ class IcechunkDataSource(DataSource):
         return ChunksReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> IcechunkWriter:
+        check_options(self.options, WRITE, "df.write")
+        check_row_schema(to_arrow_schema(schema))
         return IcechunkWriter(make_plan(self.options, schema.fieldNames(), overwrite))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> IcechunkStreamWriter:
@@ -96,11 +103,14 @@ class IcechunkDataSource(DataSource):
             raise InvalidInputError(
                 "the icechunk stream sink appends: use outputMode('append'), not 'complete'"
             )
+        check_options(self.options, STREAM_WRITE, "df.writeStream")
+        check_row_schema(to_arrow_schema(schema))
         return IcechunkStreamWriter(self.options, schema.fieldNames())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """The change feed of a branch (``option("table", "changes")``, see spark/changes.py)."""
         table = stream_table(self.options)  # before the schema check: says what to add
+        check_options(self.options, read_options(table), "spark.readStream")
         return ChangesStreamReader(self.options, checked_schema(table, schema))
 
 

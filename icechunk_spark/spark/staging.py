@@ -191,6 +191,15 @@ class Stager:
         end along the append axis as the plan saw it (every task of a write sees the same)."""
         if self.plan.placement != "after_end" or target.grow_axis is None:
             return coords
+        before = np.flatnonzero(coords[:, target.grow_axis] < 0)
+        if len(before):  # it would land on data already there: refuse it as `absolute` does
+            raise row_error(
+                target,
+                coords,
+                int(before[0]),
+                "with placement=after_end coords along the append axis count from the array's "
+                "end (0 is the first new chunk); a negative one would overwrite data",
+            )
         placed = coords.copy()
         placed[:, target.grow_axis] += target.end_chunk()
         return placed

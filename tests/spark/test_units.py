@@ -17,7 +17,8 @@ from icechunk_spark.format import manifest as manifest_format
 from icechunk_spark.format.structure import ManifestRef
 from icechunk_spark.spark import scan, tables
 from icechunk_spark.spark.options import parse_value, read_target, repo_options
-from icechunk_spark.spark.plan import array_document, declared_arrays, row_kind
+from icechunk_spark.spark.plan import array_document, declared_arrays
+from icechunk_spark.spark.row_schema import row_kind
 from icechunk_spark.spark.staging import ArrayStaged, Stager
 
 from .helpers import new_repo
