@@ -19,7 +19,7 @@ refs of the snapshot and of its parent:
   ``replace_chunks`` (attached manifests: the whole array): exact coords, found by comparing
   the refs inside the box (or the whole array) with the parent snapshot's. Refs that are new
   or point at other bytes (``history.same_refs``) are ``set``; coords the parent had a ref for
-  and the snapshot has not are ``delete``.
+  and the snapshot has not are ``delete``. The comparing is ``feed_refs``.
 
 Pure of Spark: the data source in ``spark/changes.py`` plans ``Step``s on the driver and calls
 ``snapshot_changes`` on executors.
@@ -38,14 +38,14 @@ import pyarrow.compute as pc
 from ..core.branches import walk
 from ..core.snapshot import ManifestCache, SnapshotView
 from ..errors import HistoryRewrittenError, InvalidInputError, NotFoundError
-from ..format.coords import coord_keys, decode_coords, keys_to_coords
+from ..format.coords import decode_coords
 from ..format.keys import txlog_key
-from ..format.manifest import conform_refs, empty_refs, is_tombstone, merge_refs
+from ..format.manifest import is_tombstone, merge_refs
 from ..format.state import SnapshotInfo, State
-from ..format.structure import ManifestRef, Node
-from ..format.txlog import ChangeKind, Extent, TransactionLog, decode_txlog
+from ..format.structure import Node
+from ..format.txlog import ChangeKind, TransactionLog, decode_txlog
 from ..storage import Storage
-from .history import same_refs
+from .feed_refs import ParentView, listed_changes, range_layer
 
 CHANGES = pa.schema(
     [
@@ -203,7 +203,7 @@ def iter_snapshot_changes(
     if log is None:
         return
     new = SnapshotView.load(storage, step.snapshot_id, step.structure_file, manifests)
-    parent = _ParentView(storage, step, manifests)
+    parent = ParentView(storage, step.parent_structure_file, manifests)
 
     def mine(node_id: int) -> bool:
         return node_id % shards == shard
@@ -218,9 +218,9 @@ def iter_snapshot_changes(
         assert node.meta is not None
         layers = []
         if node.id in listed:
-            layers.append(_listed_changes(new, node, listed[node.id]))
+            layers.append(listed_changes(new, node, listed[node.id]))
         if node.id in ranges:
-            layers.append(_range_layer(new, parent, node, ranges[node.id]))
+            layers.append(range_layer(new, parent, node, ranges[node.id]))
         refs = merge_refs(layers, node.meta.ndim, drop_tombstones=False)
         yield _chunk_rows(step, node.path, node.meta.ndim, refs)
 
@@ -240,126 +240,6 @@ def _read_log(storage: Storage, step: Step) -> TransactionLog | None:
             return None
         raise
     return decode_txlog(data, key)
-
-
-class _ParentView:
-    """The parent snapshot, loaded only when a range write needs its refs."""
-
-    def __init__(self, storage: Storage, step: Step, manifests: ManifestCache) -> None:
-        self._storage = storage
-        self._step = step
-        self._manifests = manifests
-        self._loaded: tuple[SnapshotView, dict[int, Node]] | None = None
-
-    def array(self, like: Node) -> tuple[SnapshotView, Node] | None:
-        """The parent's array with ``like``'s node id and dimensions, if it had one."""
-        if self._step.parent_structure_file is None:
-            return None
-        if self._loaded is None:
-            view = SnapshotView.load(
-                self._storage, "parent", self._step.parent_structure_file, self._manifests
-            )
-            self._loaded = (view, {n.id: n for n in view.nodes.values() if n.type == "array"})
-        view, arrays = self._loaded
-        old = arrays.get(like.id)
-        if old is None or old.meta is None or like.meta is None or old.meta.ndim != like.meta.ndim:
-            return None
-        return view, old
-
-
-def _range_layer(
-    new: SnapshotView, parent: _ParentView, node: Node, extent: Extent | None
-) -> pa.Table:
-    """The exact changes of a write logged as a range: refs compared with the parent's."""
-    assert node.meta is not None
-    found = parent.array(node)
-    # Manifests are immutable and a coord lives in one manifest of a snapshot: a manifest that
-    # both snapshots list for the array holds the same refs in both, so only the others are
-    # read and compared (an append reads its new pieces, not the whole array).
-    shared: frozenset[str] = frozenset()
-    if found is not None:
-        shared = frozenset(m.manifest_id for m in node.manifests) & frozenset(
-            m.manifest_id for m in found[1].manifests
-        )
-    new_refs = refs_within(new, node, extent, shared)
-    old_refs = empty_refs() if found is None else refs_within(*found, extent, shared)
-    return _range_changes(new_refs, old_refs, node.meta.ndim)
-
-
-def overlaps(a: Extent, b: Extent | None) -> bool:
-    """Whether two extents share a chunk; an empty or missing extent is unbounded."""
-    if not a or not b:
-        return True
-    return all(alo < bhi and blo < ahi for (alo, ahi), (blo, bhi) in zip(a, b, strict=False))
-
-
-def refs_within(
-    view: SnapshotView, node: Node, extent: Extent | None, skip: frozenset[str] = frozenset()
-) -> pa.Table:
-    """The array's refs inside ``extent`` (``None``: all), sorted by coord, one per coord,
-    from its manifests other than those in ``skip``."""
-    assert node.meta is not None
-    ndim = node.meta.ndim
-
-    def wanted(m: ManifestRef) -> bool:
-        return m.manifest_id not in skip and overlaps(m.extent, extent)
-
-    refs = merge_refs(view.array_refs(node, wanted), ndim)
-    if not extent or refs.num_rows == 0:
-        return refs
-    coords = decode_coords(refs.column("coord"), ndim)
-    lo = np.array([d[0] for d in extent])
-    hi = np.array([d[1] for d in extent])
-    inside = np.all((coords >= lo) & (coords < hi), axis=1)
-    return refs.filter(pa.array(inside))
-
-
-def _tombstones(coords: pa.Array) -> pa.Table:
-    """Ref rows saying "no ref here" (every location null) at ``coords``."""
-    return conform_refs(pa.table({"coord": coords}))
-
-
-def _listed_changes(view: SnapshotView, node: Node, coords: pa.Array) -> pa.Table:
-    """The snapshot's ref at each listed coord, or a tombstone where it has none."""
-    assert node.meta is not None
-    ndim = node.meta.ndim
-    decoded = decode_coords(coords, ndim)
-    box = (
-        tuple((int(lo), int(hi) + 1) for lo, hi in zip(decoded.min(0), decoded.max(0), strict=True))
-        if ndim and len(decoded)
-        else None
-    )
-    refs = refs_within(view, node, box)
-    listed = np.unique(coord_keys(coords, ndim))
-    keys = coord_keys(refs.column("coord"), ndim)
-    found = np.isin(keys, listed)
-    # Later layers win per coord: the refs found replace the tombstones laid under them.
-    return merge_refs(
-        [_tombstones(keys_to_coords(listed)), refs.filter(pa.array(found))],
-        ndim,
-        drop_tombstones=False,
-    )
-
-
-def _range_changes(new: pa.Table, old: pa.Table, ndim: int) -> pa.Table:
-    """Refs of ``new`` that ``old`` lacks or holds differently, and tombstones where ``old``
-    has a ref and ``new`` has none. Both: sorted, one ref per coord (``refs_within``)."""
-    keys_new = coord_keys(new.column("coord"), ndim)
-    keys_old = coord_keys(old.column("coord"), ndim)
-    _, idx_new, idx_old = np.intersect1d(
-        keys_new, keys_old, assume_unique=True, return_indices=True
-    )
-    unchanged = np.zeros(len(keys_new), dtype=bool)
-    if len(idx_new):
-        same = same_refs(new.take(pa.array(idx_new)), old.take(pa.array(idx_old)))
-        unchanged[idx_new[same]] = True
-    gone = np.ones(len(keys_old), dtype=bool)
-    gone[idx_old] = False
-    return merge_refs(
-        [_tombstones(old.column("coord").filter(pa.array(gone))), new.filter(pa.array(~unchanged))],
-        ndim,
-        drop_tombstones=False,
-    )
 
 
 def _constant(value: Any, n: int, type_: pa.DataType) -> pa.Array:
@@ -434,9 +314,7 @@ __all__ = [
     "Step",
     "iter_snapshot_changes",
     "lineage",
-    "overlaps",
     "position_of",
-    "refs_within",
     "snapshot_changes",
     "steps_after",
 ]
