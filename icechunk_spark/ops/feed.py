@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,12 @@ import pyarrow.compute as pc
 
 from ..core.branches import walk
 from ..core.snapshot import ManifestCache, SnapshotView
-from ..errors import HistoryRewrittenError, InvalidInputError, NotFoundError
+from ..errors import (
+    HistoryExpiredError,
+    HistoryRewrittenError,
+    InvalidInputError,
+    NotFoundError,
+)
 from ..format.coords import decode_coords
 from ..format.keys import txlog_key
 from ..format.manifest import is_tombstone, merge_refs
@@ -152,11 +158,13 @@ def steps_after(state: State, start: Position, end_id: str, where: str = "") -> 
 
     Raises:
         HistoryRewrittenError: ``end`` is not listed, or ``start`` is not one of its ancestors.
+        HistoryExpiredError: snapshots in ``(start, end]`` expired (``refuse_expired_gaps``).
     """
     line = lineage(state, end_id)
     first = 0
     if start.snapshot_id is not None:
         first = position_of(line, start.snapshot_id, where or f"snapshot {end_id}").seq + 1
+    refuse_expired_gaps(line, first)
     return [
         Step(
             snapshot_id=line[seq].id,
@@ -167,6 +175,36 @@ def steps_after(state: State, start: Position, end_id: str, where: str = "") -> 
         )
         for seq in range(first, len(line))
     ]
+
+
+def refuse_expired_gaps(line: list[SnapshotInfo], first: int) -> None:
+    """Refuse to read ``line[first:]`` across a parent link that expiry re-linked.
+
+    ``expire_snapshots`` links a kept snapshot to its nearest kept ancestor and marks it
+    ``parent_relinked``: the snapshots skipped there are gone with their transaction logs, so
+    the snapshot's own log no longer says everything that changed since its listed parent.
+    The oldest listed snapshot's link is exempt: history starts there (``earliest``).
+
+    Raises:
+        HistoryExpiredError: naming the listed snapshots on either side of the first gap,
+            and the snapshot to start again after (the last gap's).
+    """
+    gaps = [seq for seq in range(max(first, 1), len(line)) if line[seq].parent_relinked]
+    if not gaps:
+        return
+    before, after, last = line[gaps[0] - 1], line[gaps[0]], line[gaps[-1]]
+    more = f" (and {len(gaps) - 1} more such gaps up to snapshot {last.id})" if gaps[1:] else ""
+    raise HistoryExpiredError(
+        f"the snapshots between snapshot {before.id} ({_when(before)}) and snapshot "
+        f"{after.id} ({_when(after)}) expired{more}: their changes are gone, so the changes "
+        f"up to snapshot {line[-1].id} cannot be listed without a gap. Read the state at "
+        f"snapshot {last.id} afresh (e.g. the chunks table with option snapshot), then follow "
+        f"the changes after it (a new checkpoint with option starting={last.id}, or from)"
+    )
+
+
+def _when(info: SnapshotInfo) -> str:
+    return datetime.fromtimestamp(info.timestamp_ms / 1000, UTC).isoformat(timespec="seconds")
 
 
 # -- the rows of one snapshot -------------------------------------------------------------
@@ -315,6 +353,7 @@ __all__ = [
     "iter_snapshot_changes",
     "lineage",
     "position_of",
+    "refuse_expired_gaps",
     "snapshot_changes",
     "steps_after",
 ]
