@@ -216,3 +216,52 @@ def changes_between(repo: Repository, start: feed.Position, end: str) -> list[di
     steps = feed.steps_after(repo.state(), start, end)
     return [r for s in steps for r in feed.snapshot_changes(repo.storage, cache, s).to_pylist()]
 
+
+def test_rewriting_identical_bytes_is_no_change(repo: Repository) -> None:
+    first = commit_chunk(repo, (0, 0), b"\x01" * 4)
+    session = repo.writable_session("main")
+    session.set_chunk("/a", (0, 0), b"\x01" * 4)  # the same (inline) bytes again: no change
+    session.set_chunk("/a", (0, 1), b"\x02" * 4)  # new
+    session.delete_chunk("/a", (1, 1))  # never written: nothing to delete
+    session.commit("rewrite")
+    session = repo.writable_session("main")
+    session.set_chunk("/a", (0, 0), b"\x05" * 4)  # other bytes: a change
+    session.set_chunk("/a", (0, 1), b"\x02" * 4)
+    session.commit("change one")
+    assert short(changes(repo, feed.Position(first, 2))) == [
+        (3, "set", "/a", [0, 1]),
+        (4, "set", "/a", [0, 0]),
+    ]
+
+
+def test_a_native_chunk_written_again_is_a_new_ref(repo: Repository) -> None:
+    big = bytes(range(256)) * 4  # over the inline threshold: a chunk file of its own
+    commit_chunk(repo, (0, 0), big)
+    commit_chunk(repo, (0, 0), big)
+    old, new = changes(repo)[-2:]
+    # The same bytes in a new chunk file: the ref's location changed, and a consumer that
+    # keeps locations needs the new one (the old file goes once older snapshots expire).
+    assert (new["change"], new["kind"], new["coord"]) == ("set", "native", [0, 0])
+    assert new["location"] != old["location"] and new["length"] == old["length"] == len(big)
+
+
+def test_xarray_append_reports_no_rewritten_coordinates(repo: Repository) -> None:
+    xr = pytest.importorskip("xarray")
+    import numpy as np
+
+    def dataset(start: int) -> Any:
+        values = np.arange(start * 6, start * 6 + 12, dtype="f4").reshape(2, 3, 2)
+        coords = {"time": [start, start + 1], "lat": [0.0, 0.5, 1.0], "lon": [10.0, 20.0]}
+        return xr.Dataset({"t": (("time", "lat", "lon"), values)}, coords=coords)
+
+    session = repo.writable_session("main")
+    dataset(0).to_zarr(session.store, group="ds", zarr_format=3, consolidated=False)
+    first = session.commit("first")
+    session = repo.writable_session("main")
+    dataset(2).to_zarr(session.store, group="ds", append_dim="time", consolidated=False)
+    session.commit("append")  # xarray wrote lat and lon again, with the same bytes
+    rows = changes(repo, feed.Position(first, 2))
+    assert sorted((r["change"], r["path"], r["coord"]) for r in rows if r["coord"]) == [
+        ("set", "/ds/t", [1, 0, 0]),
+        ("set", "/ds/time", [1]),
+    ]

@@ -256,7 +256,7 @@ def iter_snapshot_changes(
         assert node.meta is not None
         layers = []
         if node.id in listed:
-            layers.append(listed_changes(new, node, listed[node.id]))
+            layers.append(listed_changes(new, parent, node, listed[node.id]))
         if node.id in ranges:
             layers.append(range_layer(new, parent, node, ranges[node.id]))
         refs = merge_refs(layers, node.meta.ndim, drop_tombstones=False)

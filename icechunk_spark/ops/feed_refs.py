@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.snapshot import ManifestCache, SnapshotView
-from ..format.coords import coord_keys, decode_coords, keys_to_coords
+from ..format.coords import coord_keys, decode_coords
 from ..format.manifest import conform_refs, empty_refs, merge_refs
 from ..format.structure import ManifestRef, Node
 from ..format.txlog import Extent
@@ -50,7 +50,35 @@ def range_layer(
     new: SnapshotView, parent: ParentView, node: Node, extent: Extent | None
 ) -> pa.Table:
     """The exact changes of a write logged as a range: refs compared with the parent's."""
+    return _compared(new, parent, node, extent)
+
+
+def listed_changes(new: SnapshotView, parent: ParentView, node: Node, coords: pa.Array) -> pa.Table:
+    """The changes at the coords a log lists, compared with the parent's refs as a range's
+    are: a session that wrote a chunk again with the same bytes listed it, but an inline ref
+    with the same bytes (or a delete of a chunk that was never there) changed nothing."""
     assert node.meta is not None
+    ndim = node.meta.ndim
+    decoded = decode_coords(coords, ndim)
+    box = (
+        tuple((int(lo), int(hi) + 1) for lo, hi in zip(decoded.min(0), decoded.max(0), strict=True))
+        if ndim and len(decoded)
+        else None
+    )
+    return _compared(new, parent, node, box, np.unique(coord_keys(coords, ndim)))
+
+
+def _compared(
+    new: SnapshotView,
+    parent: ParentView,
+    node: Node,
+    extent: Extent | None,
+    listed: np.ndarray | None = None,
+) -> pa.Table:
+    """Refs inside ``extent`` (at the ``listed`` coord keys only, if given) that are new or
+    differ from the parent's, and tombstones where the parent had one and ``new`` has none."""
+    assert node.meta is not None
+    ndim = node.meta.ndim
     found = parent.array(node)
     # Manifests are immutable and a coord lives in one manifest of a snapshot: a manifest that
     # both snapshots list for the array holds the same refs in both, so only the others are
@@ -62,7 +90,14 @@ def range_layer(
         )
     new_refs = refs_within(new, node, extent, shared)
     old_refs = empty_refs() if found is None else refs_within(*found, extent, shared)
-    return _range_changes(new_refs, old_refs, node.meta.ndim)
+    if listed is not None:
+        new_refs, old_refs = _at(new_refs, listed, ndim), _at(old_refs, listed, ndim)
+    return _range_changes(new_refs, old_refs, ndim)
+
+
+def _at(refs: pa.Table, keys: np.ndarray, ndim: int) -> pa.Table:
+    """The rows of ``refs`` whose coord key is one of ``keys``."""
+    return refs.filter(pa.array(np.isin(coord_keys(refs.column("coord"), ndim), keys)))
 
 
 def overlaps(a: Extent, b: Extent | None) -> bool:
@@ -96,28 +131,6 @@ def refs_within(
 def _tombstones(coords: pa.Array) -> pa.Table:
     """Ref rows saying "no ref here" (every location null) at ``coords``."""
     return conform_refs(pa.table({"coord": coords}))
-
-
-def listed_changes(view: SnapshotView, node: Node, coords: pa.Array) -> pa.Table:
-    """The snapshot's ref at each listed coord, or a tombstone where it has none."""
-    assert node.meta is not None
-    ndim = node.meta.ndim
-    decoded = decode_coords(coords, ndim)
-    box = (
-        tuple((int(lo), int(hi) + 1) for lo, hi in zip(decoded.min(0), decoded.max(0), strict=True))
-        if ndim and len(decoded)
-        else None
-    )
-    refs = refs_within(view, node, box)
-    listed = np.unique(coord_keys(coords, ndim))
-    keys = coord_keys(refs.column("coord"), ndim)
-    found = np.isin(keys, listed)
-    # Later layers win per coord: the refs found replace the tombstones laid under them.
-    return merge_refs(
-        [_tombstones(keys_to_coords(listed)), refs.filter(pa.array(found))],
-        ndim,
-        drop_tombstones=False,
-    )
 
 
 def _range_changes(new: pa.Table, old: pa.Table, ndim: int) -> pa.Table:
