@@ -14,12 +14,16 @@ refs of the snapshot and of its parent:
 * node entries ``new_group``, ``new_array``, ``update_metadata``, ``delete_node``: one row
   each, ``change`` the entry's kind, ``coord`` null. A deleted node's chunks get no rows of
   their own: its ``delete_node`` row says they are gone.
-* listed coords: ``set`` with the snapshot's ref, or ``delete`` where the snapshot has none.
-* ``write_chunk_range`` (a staged Spark write lists only a box of coords) and
-  ``replace_chunks`` (attached manifests: the whole array): exact coords, found by comparing
-  the refs inside the box (or the whole array) with the parent snapshot's. Refs that are new
-  or point at other bytes (``history.same_refs``) are ``set``; coords the parent had a ref for
-  and the snapshot has not are ``delete``. The comparing is ``feed_refs``.
+* chunk coords: where the log says to look (the coords a session lists; for
+  ``write_chunk_range``, a staged Spark write, a box of coords; for ``replace_chunks``,
+  attached manifests, the whole array), the refs are compared with the parent snapshot's.
+  Refs that are new or point at other bytes (``history.same_refs``) are ``set``; coords the
+  parent had a ref for and the snapshot has not are ``delete``. Comparing listed coords too
+  keeps both paths alike: a session's rewrite of an inline chunk with the same bytes is no
+  change, as a Spark one is. The comparing is ``feed_refs``.
+
+**Expired history** is refused, not skipped (``refuse_expired_gaps``): a kept snapshot whose
+parent link expiry re-linked no longer has a log of everything since its listed parent.
 
 Pure of Spark: the data source in ``spark/changes.py`` plans ``Step``s on the driver and calls
 ``snapshot_changes`` on executors.
