@@ -7,6 +7,7 @@
     ├── CommitStateUnknownError  storage could not say whether a commit landed (look it up)
     ├── StaleSessionError        GC deleted objects a session wrote before it could commit
     ├── HistoryRewrittenError    a branch no longer holds a snapshot a change feed had reached
+    │   └── HistoryExpiredError  the snapshots between a feed's position and its end expired
     ├── AlreadyCommittedError    a commit made once (``once=``) is on the branch already
     ├── NotFoundError(KeyError)  a branch, tag, snapshot, node, chunk or object does not exist
     ├── AlreadyExistsError       a repository, tag, branch or node of that name exists already
@@ -228,6 +229,16 @@ class HistoryRewrittenError(IcechunkSparkError):
     """
 
 
+class HistoryExpiredError(HistoryRewrittenError):
+    """Snapshots between a change feed's position and the snapshot it reads up to expired.
+
+    Their transaction logs are gone (or will be, at the next garbage collection), so their
+    changes can be neither listed nor skipped without loss. The message names the two listed
+    snapshots on either side of the gap: read the state at the later one afresh, then follow
+    the feed from there (option ``starting`` or ``from``).
+    """
+
+
 class FormatError(IcechunkSparkError):
     """A repository file is truncated, corrupt, or written by an unknown format version."""
 
@@ -306,6 +317,7 @@ __all__ = [
     "ForkConflictError",
     "ForkError",
     "FormatError",
+    "HistoryExpiredError",
     "HistoryRewrittenError",
     "IcechunkSparkError",
     "InvalidInputError",

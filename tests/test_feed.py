@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from icechunk_spark import Repository
 from icechunk_spark.core.snapshot import ManifestCache
-from icechunk_spark.errors import HistoryRewrittenError, InvalidInputError
+from icechunk_spark.errors import HistoryExpiredError, HistoryRewrittenError, InvalidInputError
 from icechunk_spark.ops import feed
 from tests.trust.test_staged_refs import stage
 
@@ -174,3 +175,93 @@ def test_range_compare_reads_only_rewritten_manifests() -> None:
     rows = feed.snapshot_changes(repo.storage, cache, step).to_pylist()
     assert [(r["change"], r["coord"]) for r in rows] == [("set", [3, 0]), ("set", [5, 0])]
     assert cache.fetches == 2  # the rewritten piece, and the piece it replaced
+
+
+def commit_chunk(repo: Repository, coord: tuple[int, int], data: bytes) -> str:
+    session = repo.writable_session("main")
+    session.set_chunk("/a", coord, data)
+    return session.commit(f"write {coord}")
+
+
+@pytest.mark.parametrize("collect", [False, True], ids=["expired", "expired-and-collected"])
+def test_reading_across_expired_history_is_an_error(repo: Repository, collect: bool) -> None:
+    tagged = commit_chunk(repo, (0, 0), b"\x01" * 4)
+    repo.create_tag("v1", tagged)
+    commit_chunk(repo, (0, 1), b"\x02" * 4)  # expired below: its change would be skipped
+    tip = commit_chunk(repo, (1, 1), b"\x03" * 4)
+    repo.expire_snapshots(datetime.now(UTC) + timedelta(seconds=1))  # all but tips and tags
+    if collect:
+        repo.garbage_collect(datetime.now(UTC) + timedelta(seconds=1))
+    state = repo.state()
+    assert state.snapshot(tip).parent_id == tagged and state.snapshot(tip).parent_relinked
+
+    gap = f"between snapshot {tagged} .* and snapshot {tip} .* expired"
+    # A consumer positioned at the tag (a stream's offset, or the table's from) ...
+    with pytest.raises(HistoryExpiredError, match=gap):
+        feed.steps_after(state, feed.Position(tagged, 5), tip, "branch 'main'")
+    # ... or before the history: reading from the start would cross the same gap.
+    with pytest.raises(HistoryExpiredError, match=gap):
+        feed.steps_after(state, feed.BEFORE_HISTORY, tip)
+    # An expiry is a rewrite of history: who handles HistoryRewrittenError handles it too.
+    assert issubclass(HistoryExpiredError, HistoryRewrittenError)
+
+    # Up to the gap, and after it, the feed reads on (the files it needs were kept).
+    assert short(changes_between(repo, feed.BEFORE_HISTORY, tagged)) == [(0, "set", "/a", [0, 0])]
+    after = commit_chunk(repo, (1, 0), b"\x04" * 4)
+    assert short(changes_between(repo, feed.Position(tip, 1), after)) == [(2, "set", "/a", [1, 0])]
+
+
+def changes_between(repo: Repository, start: feed.Position, end: str) -> list[dict[str, Any]]:
+    cache = ManifestCache(repo.storage)
+    steps = feed.steps_after(repo.state(), start, end)
+    return [r for s in steps for r in feed.snapshot_changes(repo.storage, cache, s).to_pylist()]
+
+
+def test_rewriting_identical_bytes_is_no_change(repo: Repository) -> None:
+    first = commit_chunk(repo, (0, 0), b"\x01" * 4)
+    session = repo.writable_session("main")
+    session.set_chunk("/a", (0, 0), b"\x01" * 4)  # the same (inline) bytes again: no change
+    session.set_chunk("/a", (0, 1), b"\x02" * 4)  # new
+    session.delete_chunk("/a", (1, 1))  # never written: nothing to delete
+    session.commit("rewrite")
+    session = repo.writable_session("main")
+    session.set_chunk("/a", (0, 0), b"\x05" * 4)  # other bytes: a change
+    session.set_chunk("/a", (0, 1), b"\x02" * 4)
+    session.commit("change one")
+    assert short(changes(repo, feed.Position(first, 2))) == [
+        (3, "set", "/a", [0, 1]),
+        (4, "set", "/a", [0, 0]),
+    ]
+
+
+def test_a_native_chunk_written_again_is_a_new_ref(repo: Repository) -> None:
+    big = bytes(range(256)) * 4  # over the inline threshold: a chunk file of its own
+    commit_chunk(repo, (0, 0), big)
+    commit_chunk(repo, (0, 0), big)
+    old, new = changes(repo)[-2:]
+    # The same bytes in a new chunk file: the ref's location changed, and a consumer that
+    # keeps locations needs the new one (the old file goes once older snapshots expire).
+    assert (new["change"], new["kind"], new["coord"]) == ("set", "native", [0, 0])
+    assert new["location"] != old["location"] and new["length"] == old["length"] == len(big)
+
+
+def test_xarray_append_reports_no_rewritten_coordinates(repo: Repository) -> None:
+    xr = pytest.importorskip("xarray")
+    import numpy as np
+
+    def dataset(start: int) -> Any:
+        values = np.arange(start * 6, start * 6 + 12, dtype="f4").reshape(2, 3, 2)
+        coords = {"time": [start, start + 1], "lat": [0.0, 0.5, 1.0], "lon": [10.0, 20.0]}
+        return xr.Dataset({"t": (("time", "lat", "lon"), values)}, coords=coords)
+
+    session = repo.writable_session("main")
+    dataset(0).to_zarr(session.store, group="ds", zarr_format=3, consolidated=False)
+    first = session.commit("first")
+    session = repo.writable_session("main")
+    dataset(2).to_zarr(session.store, group="ds", append_dim="time", consolidated=False)
+    session.commit("append")  # xarray wrote lat and lon again, with the same bytes
+    rows = changes(repo, feed.Position(first, 2))
+    assert sorted((r["change"], r["path"], r["coord"]) for r in rows if r["coord"]) == [
+        ("set", "/ds/t", [1, 0, 0]),
+        ("set", "/ds/time", [1]),
+    ]

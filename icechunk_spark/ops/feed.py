@@ -14,12 +14,16 @@ refs of the snapshot and of its parent:
 * node entries ``new_group``, ``new_array``, ``update_metadata``, ``delete_node``: one row
   each, ``change`` the entry's kind, ``coord`` null. A deleted node's chunks get no rows of
   their own: its ``delete_node`` row says they are gone.
-* listed coords: ``set`` with the snapshot's ref, or ``delete`` where the snapshot has none.
-* ``write_chunk_range`` (a staged Spark write lists only a box of coords) and
-  ``replace_chunks`` (attached manifests: the whole array): exact coords, found by comparing
-  the refs inside the box (or the whole array) with the parent snapshot's. Refs that are new
-  or point at other bytes (``history.same_refs``) are ``set``; coords the parent had a ref for
-  and the snapshot has not are ``delete``.
+* chunk coords: where the log says to look (the coords a session lists; for
+  ``write_chunk_range``, a staged Spark write, a box of coords; for ``replace_chunks``,
+  attached manifests, the whole array), the refs are compared with the parent snapshot's.
+  Refs that are new or point at other bytes (``history.same_refs``) are ``set``; coords the
+  parent had a ref for and the snapshot has not are ``delete``. Comparing listed coords too
+  keeps both paths alike: a session's rewrite of an inline chunk with the same bytes is no
+  change, as a Spark one is. The comparing is ``feed_refs``.
+
+**Expired history** is refused, not skipped (``refuse_expired_gaps``): a kept snapshot whose
+parent link expiry re-linked no longer has a log of everything since its listed parent.
 
 Pure of Spark: the data source in ``spark/changes.py`` plans ``Step``s on the driver and calls
 ``snapshot_changes`` on executors.
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -37,15 +42,20 @@ import pyarrow.compute as pc
 
 from ..core.branches import walk
 from ..core.snapshot import ManifestCache, SnapshotView
-from ..errors import HistoryRewrittenError, InvalidInputError, NotFoundError
-from ..format.coords import coord_keys, decode_coords, keys_to_coords
+from ..errors import (
+    HistoryExpiredError,
+    HistoryRewrittenError,
+    InvalidInputError,
+    NotFoundError,
+)
+from ..format.coords import decode_coords
 from ..format.keys import txlog_key
-from ..format.manifest import conform_refs, empty_refs, is_tombstone, merge_refs
+from ..format.manifest import is_tombstone, merge_refs
 from ..format.state import SnapshotInfo, State
-from ..format.structure import ManifestRef, Node
-from ..format.txlog import ChangeKind, Extent, TransactionLog, decode_txlog
+from ..format.structure import Node
+from ..format.txlog import ChangeKind, TransactionLog, decode_txlog
 from ..storage import Storage
-from .history import same_refs
+from .feed_refs import ParentView, listed_changes, range_layer
 
 CHANGES = pa.schema(
     [
@@ -152,11 +162,13 @@ def steps_after(state: State, start: Position, end_id: str, where: str = "") -> 
 
     Raises:
         HistoryRewrittenError: ``end`` is not listed, or ``start`` is not one of its ancestors.
+        HistoryExpiredError: snapshots in ``(start, end]`` expired (``refuse_expired_gaps``).
     """
     line = lineage(state, end_id)
     first = 0
     if start.snapshot_id is not None:
         first = position_of(line, start.snapshot_id, where or f"snapshot {end_id}").seq + 1
+    refuse_expired_gaps(line, first)
     return [
         Step(
             snapshot_id=line[seq].id,
@@ -167,6 +179,36 @@ def steps_after(state: State, start: Position, end_id: str, where: str = "") -> 
         )
         for seq in range(first, len(line))
     ]
+
+
+def refuse_expired_gaps(line: list[SnapshotInfo], first: int) -> None:
+    """Refuse to read ``line[first:]`` across a parent link that expiry re-linked.
+
+    ``expire_snapshots`` links a kept snapshot to its nearest kept ancestor and marks it
+    ``parent_relinked``: the snapshots skipped there are gone with their transaction logs, so
+    the snapshot's own log no longer says everything that changed since its listed parent.
+    The oldest listed snapshot's link is exempt: history starts there (``earliest``).
+
+    Raises:
+        HistoryExpiredError: naming the listed snapshots on either side of the first gap,
+            and the snapshot to start again after (the last gap's).
+    """
+    gaps = [seq for seq in range(max(first, 1), len(line)) if line[seq].parent_relinked]
+    if not gaps:
+        return
+    before, after, last = line[gaps[0] - 1], line[gaps[0]], line[gaps[-1]]
+    more = f" (and {len(gaps) - 1} more such gaps up to snapshot {last.id})" if gaps[1:] else ""
+    raise HistoryExpiredError(
+        f"the snapshots between snapshot {before.id} ({_when(before)}) and snapshot "
+        f"{after.id} ({_when(after)}) expired{more}: their changes are gone, so the changes "
+        f"up to snapshot {line[-1].id} cannot be listed without a gap. Read the state at "
+        f"snapshot {last.id} afresh (e.g. the chunks table with option snapshot), then follow "
+        f"the changes after it (a new checkpoint with option starting={last.id}, or from)"
+    )
+
+
+def _when(info: SnapshotInfo) -> str:
+    return datetime.fromtimestamp(info.timestamp_ms / 1000, UTC).isoformat(timespec="seconds")
 
 
 # -- the rows of one snapshot -------------------------------------------------------------
@@ -203,7 +245,7 @@ def iter_snapshot_changes(
     if log is None:
         return
     new = SnapshotView.load(storage, step.snapshot_id, step.structure_file, manifests)
-    parent = _ParentView(storage, step, manifests)
+    parent = ParentView(storage, step.parent_structure_file, manifests)
 
     def mine(node_id: int) -> bool:
         return node_id % shards == shard
@@ -218,9 +260,9 @@ def iter_snapshot_changes(
         assert node.meta is not None
         layers = []
         if node.id in listed:
-            layers.append(_listed_changes(new, node, listed[node.id]))
+            layers.append(listed_changes(new, parent, node, listed[node.id]))
         if node.id in ranges:
-            layers.append(_range_layer(new, parent, node, ranges[node.id]))
+            layers.append(range_layer(new, parent, node, ranges[node.id]))
         refs = merge_refs(layers, node.meta.ndim, drop_tombstones=False)
         yield _chunk_rows(step, node.path, node.meta.ndim, refs)
 
@@ -240,126 +282,6 @@ def _read_log(storage: Storage, step: Step) -> TransactionLog | None:
             return None
         raise
     return decode_txlog(data, key)
-
-
-class _ParentView:
-    """The parent snapshot, loaded only when a range write needs its refs."""
-
-    def __init__(self, storage: Storage, step: Step, manifests: ManifestCache) -> None:
-        self._storage = storage
-        self._step = step
-        self._manifests = manifests
-        self._loaded: tuple[SnapshotView, dict[int, Node]] | None = None
-
-    def array(self, like: Node) -> tuple[SnapshotView, Node] | None:
-        """The parent's array with ``like``'s node id and dimensions, if it had one."""
-        if self._step.parent_structure_file is None:
-            return None
-        if self._loaded is None:
-            view = SnapshotView.load(
-                self._storage, "parent", self._step.parent_structure_file, self._manifests
-            )
-            self._loaded = (view, {n.id: n for n in view.nodes.values() if n.type == "array"})
-        view, arrays = self._loaded
-        old = arrays.get(like.id)
-        if old is None or old.meta is None or like.meta is None or old.meta.ndim != like.meta.ndim:
-            return None
-        return view, old
-
-
-def _range_layer(
-    new: SnapshotView, parent: _ParentView, node: Node, extent: Extent | None
-) -> pa.Table:
-    """The exact changes of a write logged as a range: refs compared with the parent's."""
-    assert node.meta is not None
-    found = parent.array(node)
-    # Manifests are immutable and a coord lives in one manifest of a snapshot: a manifest that
-    # both snapshots list for the array holds the same refs in both, so only the others are
-    # read and compared (an append reads its new pieces, not the whole array).
-    shared: frozenset[str] = frozenset()
-    if found is not None:
-        shared = frozenset(m.manifest_id for m in node.manifests) & frozenset(
-            m.manifest_id for m in found[1].manifests
-        )
-    new_refs = refs_within(new, node, extent, shared)
-    old_refs = empty_refs() if found is None else refs_within(*found, extent, shared)
-    return _range_changes(new_refs, old_refs, node.meta.ndim)
-
-
-def overlaps(a: Extent, b: Extent | None) -> bool:
-    """Whether two extents share a chunk; an empty or missing extent is unbounded."""
-    if not a or not b:
-        return True
-    return all(alo < bhi and blo < ahi for (alo, ahi), (blo, bhi) in zip(a, b, strict=False))
-
-
-def refs_within(
-    view: SnapshotView, node: Node, extent: Extent | None, skip: frozenset[str] = frozenset()
-) -> pa.Table:
-    """The array's refs inside ``extent`` (``None``: all), sorted by coord, one per coord,
-    from its manifests other than those in ``skip``."""
-    assert node.meta is not None
-    ndim = node.meta.ndim
-
-    def wanted(m: ManifestRef) -> bool:
-        return m.manifest_id not in skip and overlaps(m.extent, extent)
-
-    refs = merge_refs(view.array_refs(node, wanted), ndim)
-    if not extent or refs.num_rows == 0:
-        return refs
-    coords = decode_coords(refs.column("coord"), ndim)
-    lo = np.array([d[0] for d in extent])
-    hi = np.array([d[1] for d in extent])
-    inside = np.all((coords >= lo) & (coords < hi), axis=1)
-    return refs.filter(pa.array(inside))
-
-
-def _tombstones(coords: pa.Array) -> pa.Table:
-    """Ref rows saying "no ref here" (every location null) at ``coords``."""
-    return conform_refs(pa.table({"coord": coords}))
-
-
-def _listed_changes(view: SnapshotView, node: Node, coords: pa.Array) -> pa.Table:
-    """The snapshot's ref at each listed coord, or a tombstone where it has none."""
-    assert node.meta is not None
-    ndim = node.meta.ndim
-    decoded = decode_coords(coords, ndim)
-    box = (
-        tuple((int(lo), int(hi) + 1) for lo, hi in zip(decoded.min(0), decoded.max(0), strict=True))
-        if ndim and len(decoded)
-        else None
-    )
-    refs = refs_within(view, node, box)
-    listed = np.unique(coord_keys(coords, ndim))
-    keys = coord_keys(refs.column("coord"), ndim)
-    found = np.isin(keys, listed)
-    # Later layers win per coord: the refs found replace the tombstones laid under them.
-    return merge_refs(
-        [_tombstones(keys_to_coords(listed)), refs.filter(pa.array(found))],
-        ndim,
-        drop_tombstones=False,
-    )
-
-
-def _range_changes(new: pa.Table, old: pa.Table, ndim: int) -> pa.Table:
-    """Refs of ``new`` that ``old`` lacks or holds differently, and tombstones where ``old``
-    has a ref and ``new`` has none. Both: sorted, one ref per coord (``refs_within``)."""
-    keys_new = coord_keys(new.column("coord"), ndim)
-    keys_old = coord_keys(old.column("coord"), ndim)
-    _, idx_new, idx_old = np.intersect1d(
-        keys_new, keys_old, assume_unique=True, return_indices=True
-    )
-    unchanged = np.zeros(len(keys_new), dtype=bool)
-    if len(idx_new):
-        same = same_refs(new.take(pa.array(idx_new)), old.take(pa.array(idx_old)))
-        unchanged[idx_new[same]] = True
-    gone = np.ones(len(keys_old), dtype=bool)
-    gone[idx_old] = False
-    return merge_refs(
-        [_tombstones(old.column("coord").filter(pa.array(gone))), new.filter(pa.array(~unchanged))],
-        ndim,
-        drop_tombstones=False,
-    )
 
 
 def _constant(value: Any, n: int, type_: pa.DataType) -> pa.Array:
@@ -434,9 +356,8 @@ __all__ = [
     "Step",
     "iter_snapshot_changes",
     "lineage",
-    "overlaps",
     "position_of",
-    "refs_within",
+    "refuse_expired_gaps",
     "snapshot_changes",
     "steps_after",
 ]

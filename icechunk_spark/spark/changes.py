@@ -33,7 +33,12 @@ from pyspark.sql.streaming.datasource import (
 from ..core.branches import DEFAULT_BRANCH
 from ..core.refs import read_latest_state
 from ..core.snapshot import ManifestCache
-from ..errors import HistoryRewrittenError, InvalidInputError, NotFoundError
+from ..errors import (
+    HistoryExpiredError,
+    HistoryRewrittenError,
+    InvalidInputError,
+    NotFoundError,
+)
 from ..format.state import SnapshotInfo, State
 from ..ops import feed
 from .options import RepoOptions, get, get_int, repo_options
@@ -164,6 +169,8 @@ class ChangesReader(DataSourceReader):
             start = feed.Position(resolve_snapshot(state, from_name, "from"), -1)
         try:
             return feed.steps_after(state, start, to_id, f"snapshot {to_id}")
+        except HistoryExpiredError:
+            raise  # from is an ancestor of to; the snapshots between expired (says which)
         except HistoryRewrittenError:
             raise InvalidInputError(
                 f"option from={from_name!r} is not in the history of to={to_name or to_id!r}: "
@@ -182,7 +189,8 @@ class ChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     Each micro-batch reads the snapshots after its start offset up to its end offset, along
     the end's first parents; a start no longer in the branch's history (the branch was reset)
-    fails with ``HistoryRewrittenError`` rather than skip or repeat changes.
+    fails with ``HistoryRewrittenError`` rather than skip or repeat changes, and a batch
+    across snapshots that expired with ``HistoryExpiredError``.
     """
 
     def __init__(self, options: Mapping[str, str], schema: pa.Schema) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from icechunk_spark import InvalidInputError, Repository
+from icechunk_spark import HistoryExpiredError, InvalidInputError, Repository
 from icechunk_spark.chunks.codec import ChunkCodec
 from icechunk_spark.format import manifest as manifest_format
 from icechunk_spark.format.structure import ManifestRef
@@ -334,3 +335,32 @@ def test_the_chunks_reader_is_pinned_to_the_snapshot_it_planned(tmp_path: Path) 
     session.commit("a second chunk, after planning began")
     rows = [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
     assert [r["coord"] for r in rows] == [[0]]
+
+
+def test_the_change_feed_refuses_to_read_across_expired_history(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from icechunk_spark.ops import feed
+    from icechunk_spark.spark.changes import ChangesReader, ChangesStreamReader
+
+    url = (tmp_path / "repo").as_uri()
+    repo = new_repo(url)
+    session = repo.writable_session("main")
+    session.create_array("/a", (4,), (1,), "uint8")
+    repo.create_tag("v1", session.commit("tagged"))
+    for coord in (0, 1):
+        session = repo.writable_session("main")
+        session.set_chunk("/a", (coord,), b"\x01")
+        session.commit(f"chunk {coord}")  # the first of these expires
+    repo.expire_snapshots(datetime.now(UTC) + timedelta(seconds=1))
+    options = {"path": url, "table": "changes"}
+
+    # Not "from is not an ancestor of to": it is, and the snapshots after it expired.
+    with pytest.raises(HistoryExpiredError, match="expired"):
+        ChangesReader({**options, "from": "v1"}, feed.CHANGES)
+    stream = ChangesStreamReader({**options, "starting": "v1"}, feed.CHANGES)
+    start = stream.initialOffset()
+    end = stream.latestOffset(start, ReadAllAvailable())
+    with pytest.raises(HistoryExpiredError, match="expired"):
+        stream.partitions(start, end)
