@@ -12,6 +12,10 @@ raises ``InvalidInputError``, ``get`` returns ``None``, ``exists`` is false and 
 nothing. zarr_keys.py resolves and lists keys, zarr_values.py reads and writes what they name;
 this module is zarr's ``Store`` over both.
 
+zarr's ``Store`` is async. ``get_sync``, ``set_sync`` and ``delete_sync`` (zarr's
+``SupportsGetSync``, ``SupportsSetSync``, ``SupportsDeleteSync``) do the same in the caller's
+thread, for zarr's synchronous paths; either kind may be called from many threads at once.
+
 >>> session = repo.writable_session("main")                        # doctest: +SKIP
 >>> ds.to_zarr(session.store, mode="w", consolidated=False)         # doctest: +SKIP
 >>> session.commit("write the cube")                               # doctest: +SKIP
@@ -137,6 +141,25 @@ class IcechunkStore(Store):
         return (_store_over, (session, self._read_only))
 
     # -- reading --------------------------------------------------------------------------
+    # Each *_sync method is zarr's synchronous protocol (SupportsGetSync, SupportsSetSync,
+    # SupportsDeleteSync): the same work in the caller's thread. Its async twin does the same
+    # through the same helpers, only moving waits on storage off the event loop.
+    def get_sync(
+        self,
+        key: str,
+        *,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        """``get`` in the caller's thread, without an event loop."""
+        check_byte_range(byte_range)
+        session = self.session
+        target = resolve_key_or_none(session, key)
+        if not isinstance(target, ChunkKey):
+            return as_buffer(read_metadata(session, target, byte_range), prototype)
+        ref = chunk_ref_or_none(session, target)
+        return as_buffer(None if ref is None else read_ref(session, ref, byte_range), prototype)
+
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
@@ -179,6 +202,11 @@ class IcechunkStore(Store):
         raise FileNotFoundError(key)
 
     # -- writing --------------------------------------------------------------------------
+    def set_sync(self, key: str, value: Buffer) -> None:
+        """``set`` in the caller's thread, without an event loop."""
+        target, data = self._write_of(key, value)
+        write_value(self.session, target, data)
+
     async def set(self, key: str, value: Buffer) -> None:
         target, data = self._write_of(key, value)
         # Metadata and inline chunks are set in memory before the first await, so metadata and
@@ -195,6 +223,11 @@ class IcechunkStore(Store):
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
         target, data = self._write_of(key, value)
         await _run(isinstance(target, ChunkKey), set_if_absent, self.session, target, data)
+
+    def delete_sync(self, key: str) -> None:
+        """``delete`` in the caller's thread, without an event loop."""
+        self._check_writable()
+        delete_value(self.session, resolve_key_or_none(self.session, key))
 
     async def delete(self, key: str) -> None:
         """Delete a chunk, or one node (not its children) for a ``zarr.json`` key.

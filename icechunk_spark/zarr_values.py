@@ -1,7 +1,9 @@
 """What a Zarr key names in a session, read, written and deleted in the caller's thread.
 
-The store (zarr_store.py) calls these from its async methods, in a thread where they wait on
-storage; zarr_keys.py says what a key names.
+The store (zarr_store.py) calls these from its synchronous methods directly and from its async
+ones in a thread where they wait on storage; zarr_keys.py says what a key names. Functions that
+look at the session and then change it hold ``session_lock``: synchronous calls come from many
+threads at once.
 """
 
 from __future__ import annotations
@@ -107,19 +109,22 @@ def write_value(session: AnySession, target: MetadataKey | ChunkKey, data: bytes
 
 
 def _set_metadata(session: AnySession, path: str, data: bytes) -> None:
-    existing = session.find_node(path)
-    if existing is not None and existing.zarr_json == data:
-        return  # zarr rewrites unchanged metadata often; keep the change set (and conflicts) small
-    new_type = make_node(0, path, data).type  # validates the document before changing anything
-    if existing is not None and existing.type != new_type:
-        # Setting a key replaces its value; the session wants the old node deleted first.
-        session.delete_node(path, recursive=False)
-    session.set_node_metadata(path, data)
+    # Look, then change, under the session's lock: sync calls come from many threads at once,
+    # and a delete of the node between our look and our delete would fail the replacement.
+    with session_lock(session):
+        existing = session.find_node(path)
+        if existing is not None and existing.zarr_json == data:
+            return  # zarr rewrites unchanged metadata often; keep the change set small
+        new_type = make_node(0, path, data).type  # validates the document before any change
+        if existing is not None and existing.type != new_type:
+            # Setting a key replaces its value; the session wants the old node deleted first.
+            session.delete_node(path, recursive=False)
+        session.set_node_metadata(path, data)
 
 
 def delete_value(session: AnySession, target: MetadataKey | ChunkKey | None) -> None:
     if isinstance(target, MetadataKey):
-        with contextlib.suppress(NotFoundError):
+        with session_lock(session), contextlib.suppress(NotFoundError):
             session.delete_node(target.path, recursive=False)
     # A chunk never written needs no tombstone: zarr deletes fill-value chunks it never wrote.
     elif isinstance(target, ChunkKey) and chunk_ref_or_none(session, target) is not None:
@@ -128,12 +133,11 @@ def delete_value(session: AnySession, target: MetadataKey | ChunkKey | None) -> 
 
 def set_if_absent(session: AnySession, target: MetadataKey | ChunkKey, data: bytes) -> None:
     """Set ``target`` to ``data`` unless it holds a value already."""
-    if isinstance(target, MetadataKey):
-        with contextlib.suppress(AlreadyExistsError):  # the session checks and sets atomically
-            session.set_node_metadata(target.path, data, create_only=True)
-        return
-    with session_lock(session):  # no other set_if_absent between check and set
-        if chunk_ref_or_none(session, target) is None:
+    with session_lock(session):  # no other look-and-change of the session in between
+        if isinstance(target, MetadataKey):
+            with contextlib.suppress(AlreadyExistsError):
+                session.set_node_metadata(target.path, data, create_only=True)
+        elif chunk_ref_or_none(session, target) is None:
             session.set_chunk(target.path, target.coord, data)
 
 
