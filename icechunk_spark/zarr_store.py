@@ -9,7 +9,12 @@ Keys map onto the repository's tree; nothing else can be stored::
 
 A key that is neither (``foo``, ``group/c/0``, ``array/c/x``) cannot hold a value: ``set``
 raises ``InvalidInputError``, ``get`` returns ``None``, ``exists`` is false and ``delete`` does
-nothing.
+nothing. zarr_keys.py resolves and lists keys, zarr_values.py reads and writes what they name;
+this module is zarr's ``Store`` over both.
+
+zarr's ``Store`` is async. ``get_sync``, ``set_sync`` and ``delete_sync`` (zarr's
+``SupportsGetSync``, ``SupportsSetSync``, ``SupportsDeleteSync``) do the same in the caller's
+thread, for zarr's synchronous paths; either kind may be called from many threads at once.
 
 >>> session = repo.writable_session("main")                        # doctest: +SKIP
 >>> ds.to_zarr(session.store, mode="w", consolidated=False)         # doctest: +SKIP
@@ -20,32 +25,37 @@ nothing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
-import weakref
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
-import numpy as np
-from zarr.abc.store import (
-    ByteRequest,
-    OffsetByteRequest,
-    RangeByteRequest,
-    Store,
-    SuffixByteRequest,
-)
+from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 
 from .core.snapshot import ChunkRef
-from .errors import (
-    AlreadyExistsError,
-    InvalidInputError,
-    NotFoundError,
-    ReadOnlyStoreError,
+from .errors import ReadOnlyStoreError
+from .zarr_keys import (
+    ChunkKey,
+    MetadataKey,
+    iter_keys,
+    keys_with_prefix,
+    names_in_dir,
+    resolve_key,
+    resolve_key_or_none,
 )
-from .format.paths import normalize_path
-from .format.structure import ArrayMeta, Node, make_node
+from .zarr_values import (
+    as_buffer,
+    as_bytes,
+    byte_bounds,
+    check_byte_range,
+    chunk_ref_or_none,
+    delete_prefix,
+    delete_value,
+    read_metadata,
+    read_ref,
+    set_if_absent,
+    write_value,
+    writes_storage,
+)
 
 if TYPE_CHECKING:
     from .core.forks import ForkSession
@@ -55,25 +65,9 @@ if TYPE_CHECKING:
     # A session, or a fork of one (core/forks.py): both read and write chunks the same way.
     AnySession: TypeAlias = Session | ForkSession
 
-METADATA_KEY = "zarr.json"
-_V2_METADATA = frozenset({".zgroup", ".zarray", ".zattrs", ".zmetadata"})
+T = TypeVar("T")
 
 __all__ = ["IcechunkStore", "ReadOnlyStoreError"]
-
-
-@dataclass(frozen=True, slots=True)
-class MetadataKey:
-    """A key naming the ``zarr.json`` of the node at ``path``."""
-
-    path: str
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkKey:
-    """A key naming chunk ``coord`` of the array at ``path``."""
-
-    path: str
-    coord: tuple[int, ...]
 
 
 class IcechunkStore(Store):
@@ -147,25 +141,37 @@ class IcechunkStore(Store):
         return (_store_over, (session, self._read_only))
 
     # -- reading --------------------------------------------------------------------------
+    # Each *_sync method is zarr's synchronous protocol (SupportsGetSync, SupportsSetSync,
+    # SupportsDeleteSync): the same work in the caller's thread. Its async twin does the same
+    # through the same helpers, only moving waits on storage off the event loop.
+    def get_sync(
+        self,
+        key: str,
+        *,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        """``get`` in the caller's thread, without an event loop."""
+        check_byte_range(byte_range)
+        session = self.session
+        target = resolve_key_or_none(session, key)
+        if not isinstance(target, ChunkKey):
+            return as_buffer(read_metadata(session, target, byte_range), prototype)
+        ref = chunk_ref_or_none(session, target)
+        return as_buffer(None if ref is None else read_ref(session, ref, byte_range), prototype)
+
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
-        _check_byte_range(byte_range)
+        check_byte_range(byte_range)
         session = self.session
-        target = _resolve_or_none(session, key)
-        if isinstance(target, MetadataKey):
-            node = session.find_node(target.path)
-            if node is None:
-                return None
-            start, end = _byte_bounds(byte_range, len(node.zarr_json))
-            data: bytes | None = node.zarr_json[start:end]
-        elif isinstance(target, ChunkKey):
-            # Manifest loads may hit storage: in a thread, so concurrent gets overlap.
-            ref = await asyncio.to_thread(_chunk_ref_or_none, session, target)
-            data = None if ref is None else await _read_ref(session, ref, byte_range)
-        else:
-            return None
-        return None if data is None else prototype.buffer.from_bytes(data)
+        target = resolve_key_or_none(session, key)
+        if not isinstance(target, ChunkKey):
+            return as_buffer(read_metadata(session, target, byte_range), prototype)
+        # Manifest loads may hit storage: in a thread, so concurrent gets overlap.
+        ref = await asyncio.to_thread(chunk_ref_or_none, session, target)
+        data = None if ref is None else await _read_ref_async(session, ref, byte_range)
+        return as_buffer(data, prototype)
 
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
@@ -175,57 +181,53 @@ class IcechunkStore(Store):
 
     async def exists(self, key: str) -> bool:
         session = self.session
-        target = _resolve_or_none(session, key)
+        target = resolve_key_or_none(session, key)
         if isinstance(target, MetadataKey):
             return session.find_node(target.path) is not None
         if isinstance(target, ChunkKey):
-            return await asyncio.to_thread(_chunk_ref_or_none, session, target) is not None
+            return await asyncio.to_thread(chunk_ref_or_none, session, target) is not None
         return False
 
     async def getsize(self, key: str) -> int:
         session = self.session
-        target = _resolve_or_none(session, key)
+        target = resolve_key_or_none(session, key)
         if isinstance(target, MetadataKey):
             node = session.find_node(target.path)
             if node is not None:
                 return len(node.zarr_json)
         elif isinstance(target, ChunkKey):
-            ref = await asyncio.to_thread(_chunk_ref_or_none, session, target)
+            ref = await asyncio.to_thread(chunk_ref_or_none, session, target)
             if ref is not None:
                 return ref.length
         raise FileNotFoundError(key)
 
     # -- writing --------------------------------------------------------------------------
+    def set_sync(self, key: str, value: Buffer) -> None:
+        """``set`` in the caller's thread, without an event loop."""
+        target, data = self._write_of(key, value)
+        write_value(self.session, target, data)
+
     async def set(self, key: str, value: Buffer) -> None:
-        self._check_writable()
-        data = _as_bytes(value)
+        target, data = self._write_of(key, value)
+        # Metadata and inline chunks are set in memory before the first await, so metadata and
+        # chunks set concurrently (asyncio.gather) still apply metadata first.
         session = self.session
-        target = _resolve(session, key)
-        if isinstance(target, MetadataKey):
-            # Metadata changes are in memory: done before the first await, so metadata and
-            # chunks set concurrently (asyncio.gather) still apply metadata first.
-            _set_metadata(session, target.path, data)
-        elif len(data) <= session.repository.config.inline_chunk_threshold_bytes:
-            session.set_chunk(target.path, target.coord, data)  # inline: no I/O
-        else:
-            await asyncio.to_thread(session.set_chunk, target.path, target.coord, data)
+        await _run(writes_storage(session, target, data), write_value, session, target, data)
+
+    def _write_of(self, key: str, value: Buffer) -> tuple[MetadataKey | ChunkKey, bytes]:
+        """What setting ``key`` to ``value`` writes; refused before anything is written."""
+        self._check_writable()
+        data = as_bytes(value)
+        return resolve_key(self.session, key), data
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        target, data = self._write_of(key, value)
+        await _run(isinstance(target, ChunkKey), set_if_absent, self.session, target, data)
+
+    def delete_sync(self, key: str) -> None:
+        """``delete`` in the caller's thread, without an event loop."""
         self._check_writable()
-        data = _as_bytes(value)
-        session = self.session
-        target = _resolve(session, key)
-        if isinstance(target, MetadataKey):
-            with contextlib.suppress(AlreadyExistsError):  # the session checks and sets atomically
-                session.set_node_metadata(target.path, data, create_only=True)
-            return
-
-        def set_chunk_if_absent(chunk: ChunkKey) -> None:
-            with _session_lock(session):  # no other set_if_not_exists between check and set
-                if _chunk_ref_or_none(session, chunk) is None:
-                    session.set_chunk(chunk.path, chunk.coord, data)
-
-        await asyncio.to_thread(set_chunk_if_absent, target)
+        delete_value(self.session, resolve_key_or_none(self.session, key))
 
     async def delete(self, key: str) -> None:
         """Delete a chunk, or one node (not its children) for a ``zarr.json`` key.
@@ -234,31 +236,28 @@ class IcechunkStore(Store):
         """
         self._check_writable()
         session = self.session
-        target = _resolve_or_none(session, key)
-        if isinstance(target, MetadataKey):
-            with contextlib.suppress(NotFoundError):
-                session.delete_node(target.path, recursive=False)
-        elif isinstance(target, ChunkKey):
-            await asyncio.to_thread(_delete_chunk, session, target)
+        target = resolve_key_or_none(session, key)
+        # Deleting a node is in memory; deleting a chunk may load its manifest.
+        await _run(isinstance(target, ChunkKey), delete_value, session, target)
 
     async def delete_dir(self, prefix: str) -> None:
         # Whole nodes under the prefix go at once instead of key by key.
         self._check_writable()
         if prefix and not prefix.endswith("/"):
             prefix += "/"
-        await asyncio.to_thread(_delete_prefix, self.session, prefix)
+        await asyncio.to_thread(delete_prefix, self.session, prefix)
 
     # -- listing --------------------------------------------------------------------------
     async def list(self) -> AsyncIterator[str]:
-        for key in await asyncio.to_thread(_list_prefix, self.session, ""):
+        for key in await asyncio.to_thread(keys_with_prefix, self.session, ""):
             yield key
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-        for key in await asyncio.to_thread(_list_prefix, self.session, prefix):
+        for key in await asyncio.to_thread(keys_with_prefix, self.session, prefix):
             yield key
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
-        for name in await asyncio.to_thread(_list_dir, self.session, prefix):
+        for name in await asyncio.to_thread(names_in_dir, self.session, prefix):
             yield name
 
     async def is_empty(self, prefix: str) -> bool:
@@ -266,7 +265,7 @@ class IcechunkStore(Store):
             prefix += "/"
 
         def empty() -> bool:
-            return next(_iter_keys(self.session, prefix), None) is None
+            return next(iter_keys(self.session, prefix), None) is None
 
         return await asyncio.to_thread(empty)
 
@@ -281,237 +280,20 @@ def _store_over(session: AnySession, read_only: bool) -> IcechunkStore:
     return IcechunkStore(session, read_only=read_only)
 
 
-# -- keys ---------------------------------------------------------------------------------
-def node_dir(path: str) -> str:
-    """The key prefix of the node at ``path``: ``''`` for the root, ``'a/b/'`` for ``/a/b``."""
-    return "" if path == "/" else path[1:] + "/"
+async def _run(in_thread: bool, work: Callable[..., T], *args: Any) -> T:
+    """``work(*args)``: in a thread when it waits on storage, so the event loop keeps going."""
+    return await asyncio.to_thread(work, *args) if in_thread else work(*args)
 
 
-def encode_chunk_key(meta: ArrayMeta, coord: Sequence[int]) -> str:
-    """The key of a chunk, relative to its array, as zarr writes it."""
-    sep = meta.separator
-    if meta.key_encoding == "default":
-        return sep.join(["c", *map(str, coord)])
-    if meta.key_encoding == "v2":
-        return sep.join(map(str, coord)) or "0"
-    raise InvalidInputError(
-        f"chunk key encoding {meta.key_encoding!r} is not supported; use 'default' or 'v2'"
-    )
-
-
-def decode_chunk_key(meta: ArrayMeta, relative: str) -> tuple[int, ...] | None:
-    """The coord named by ``relative`` (a key relative to the array), or ``None``."""
-    sep = meta.separator
-    if meta.key_encoding == "default":
-        if relative == "c":
-            parts = []
-        elif relative.startswith("c" + sep):
-            parts = relative[2:].split(sep)
-        else:
-            return None
-    elif meta.key_encoding == "v2":
-        parts = relative.split(sep) if meta.ndim else []
-    else:
-        return None
-    if len(parts) != meta.ndim or not all(p.isascii() and p.isdigit() for p in parts):
-        return None
-    coord = tuple(int(p) for p in parts)
-    # Only the exact spelling zarr writes ("1", not "01") names a chunk, so listing round-trips.
-    return coord if encode_chunk_key(meta, coord) == relative else None
-
-
-def _resolve(session: AnySession, key: str) -> MetadataKey | ChunkKey:
-    """What ``key`` names. Raises ``InvalidInputError`` when it cannot hold a value."""
-    segments = key.split("/")
-    if not key or "" in segments:
-        raise InvalidInputError(f"invalid key {key!r}: keys are '/'-separated names, never empty")
-    if segments[-1] == METADATA_KEY:
-        return MetadataKey(normalize_path("/".join(segments[:-1])))
-    if segments[-1] in _V2_METADATA:
-        raise InvalidInputError(
-            f"key {key!r} is Zarr v2 metadata: repositories hold only Zarr v3 "
-            "(write with zarr_format=3, the default, e.g. ds.to_zarr(store, zarr_format=3))"
-        )
-    # The deepest node above the key owns it; only arrays own keys besides zarr.json.
-    for depth in range(len(segments) - 1, -1, -1):
-        path = normalize_path("/".join(segments[:depth]))
-        node = session.find_node(path)
-        if node is None:
-            continue
-        if node.meta is None:
-            raise InvalidInputError(
-                f"key {key!r} is not a Zarr key: {path!r} is a group, which holds only zarr.json"
-            )
-        meta = node.meta
-        coord = decode_chunk_key(meta, "/".join(segments[depth:]))
-        if coord is None:
-            first = node_dir(path) + encode_chunk_key(meta, [0] * meta.ndim)
-            raise InvalidInputError(
-                f"key {key!r} is not a chunk key of array {path!r}: it has {meta.ndim} dimensions "
-                f"and chunk key encoding {meta.key_encoding!r} with separator {meta.separator!r}, "
-                f"so its first chunk is {first!r}"
-            )
-        return ChunkKey(path, coord)
-    raise InvalidInputError(
-        f"key {key!r} is not a Zarr key: there is no array above it; the store holds only "
-        "zarr.json documents and chunks of arrays (write the array's zarr.json first)"
-    )
-
-
-def _resolve_or_none(session: AnySession, key: str) -> MetadataKey | ChunkKey | None:
-    try:
-        return _resolve(session, key)
-    except InvalidInputError:
-        return None  # such a key holds nothing
-
-
-# -- values -------------------------------------------------------------------------------
-def _as_bytes(value: Buffer) -> bytes:
-    if not isinstance(value, Buffer):
-        raise TypeError(f"IcechunkStore.set(): value must be a zarr Buffer, not {type(value)}")
-    return value.to_bytes()
-
-
-def _check_byte_range(byte_range: object) -> None:
-    if byte_range is None:
-        return
-    if isinstance(byte_range, RangeByteRequest):
-        valid = 0 <= byte_range.start <= byte_range.end
-    elif isinstance(byte_range, OffsetByteRequest):
-        valid = byte_range.offset >= 0
-    elif isinstance(byte_range, SuffixByteRequest):
-        valid = byte_range.suffix >= 0
-    else:
-        raise InvalidInputError(
-            f"Unexpected byte_range, got {byte_range!r}; use RangeByteRequest, "
-            "OffsetByteRequest or SuffixByteRequest from zarr.abc.store"
-        )
-    if not valid:
-        raise InvalidInputError(f"invalid byte range {byte_range}: offsets and sizes must be >= 0")
-
-
-def _byte_bounds(byte_range: ByteRequest | None, length: int) -> tuple[int, int]:
-    """``[start, end)`` of a value of ``length`` bytes that ``byte_range`` asks for."""
-    if isinstance(byte_range, RangeByteRequest):
-        return min(byte_range.start, length), min(byte_range.end, length)
-    if isinstance(byte_range, OffsetByteRequest):
-        return min(byte_range.offset, length), length
-    if isinstance(byte_range, SuffixByteRequest):
-        return max(0, length - byte_range.suffix), length
-    return 0, length
-
-
-def _set_metadata(session: AnySession, path: str, data: bytes) -> None:
-    existing = session.find_node(path)
-    if existing is not None and existing.zarr_json == data:
-        return  # zarr rewrites unchanged metadata often; keep the change set (and conflicts) small
-    new_type = make_node(0, path, data).type  # validates the document before changing anything
-    if existing is not None and existing.type != new_type:
-        # Setting a key replaces its value; the session wants the old node deleted first.
-        session.delete_node(path, recursive=False)
-    session.set_node_metadata(path, data)
-
-
-def _chunk_ref_or_none(session: AnySession, key: ChunkKey) -> ChunkRef | None:
-    try:
-        return session.get_chunk_ref(key.path, key.coord)
-    except (NotFoundError, InvalidInputError):
-        return None  # array gone, or the coord left its (shrunk) grid
-
-
-async def _read_ref(session: AnySession, ref: ChunkRef, byte_range: ByteRequest | None) -> bytes:
-    # One lookup serves both the length (for suffix ranges) and the read.
-    start, end = _byte_bounds(byte_range, ref.length)
-    if ref.kind == "inline":
-        assert ref.inline_data is not None
-        return ref.inline_data[start:end]
+async def _read_ref_async(
+    session: AnySession, ref: ChunkRef, byte_range: ByteRequest | None
+) -> bytes:
     if ref.kind == "virtual":
         # Awaiting (not a thread each) lets every concurrent get join one coalesced batch.
         assert ref.virtual_path is not None
+        start, end = byte_bounds(byte_range, ref.length)
         reader = session.repository.virtual_reader
         return await reader.read_async(
             ref.virtual_path, ref.offset + start, end - start, ref.checksum
         )
-    return await asyncio.to_thread(session.repository.read_ref, ref, (start, end))
-
-
-def _delete_chunk(session: AnySession, key: ChunkKey) -> None:
-    # A chunk never written needs no tombstone: zarr deletes fill-value chunks it never wrote.
-    if _chunk_ref_or_none(session, key) is not None:
-        session.delete_chunk(key.path, key.coord)
-
-
-_session_locks: weakref.WeakKeyDictionary[AnySession, threading.Lock] = weakref.WeakKeyDictionary()
-_session_locks_guard = threading.Lock()
-
-
-def _session_lock(session: AnySession) -> threading.Lock:
-    """One lock per session, shared by every store over it (``session.store`` makes new ones)."""
-    with _session_locks_guard:
-        return _session_locks.setdefault(session, threading.Lock())
-
-
-# -- listing ------------------------------------------------------------------------------
-def _chunk_keys(session: AnySession, node: Node) -> Iterator[tuple[str, tuple[int, ...]]]:
-    """(key, coord) of every chunk the array holds inside its current chunk grid."""
-    assert node.meta is not None
-    if node.meta.ndim == 0:  # chunk_coords cannot decode 0-d coords yet (format.coords)
-        coords = np.zeros((0 if session.get_chunk_ref(node.path, ()) is None else 1, 0), np.int64)
-    else:
-        coords = session.chunk_coords(node.path)
-    # Chunks left outside a shrunk grid cannot be read (zarr deletes them before shrinking).
-    inside = np.all(coords < np.asarray(node.meta.grid_shape, dtype=np.int64), axis=1)
-    prefix = node_dir(node.path)
-    for coord in coords[inside].tolist():
-        yield prefix + encode_chunk_key(node.meta, coord), tuple(coord)
-
-
-def _iter_keys(session: AnySession, prefix: str) -> Iterator[str]:
-    """Every key starting with ``prefix``: metadata keys first (cheap), then chunk keys."""
-    nodes = session.list_nodes()
-    for node in nodes:
-        key = node_dir(node.path) + METADATA_KEY
-        if key.startswith(prefix):
-            yield key
-    for node in nodes:
-        here = node_dir(node.path)
-        if node.meta is not None and (here.startswith(prefix) or prefix.startswith(here)):
-            for key, _ in _chunk_keys(session, node):
-                if key.startswith(prefix):
-                    yield key
-
-
-def _list_prefix(session: AnySession, prefix: str) -> list[str]:
-    return list(_iter_keys(session, prefix))
-
-
-def _list_dir(session: AnySession, prefix: str) -> list[str]:
-    """Names one level below ``prefix``, as zarr's MemoryStore lists them."""
-    prefix = prefix.rstrip("/")
-    under = prefix + "/" if prefix else ""
-    names: set[str] = set()
-    for node in session.list_nodes():
-        here = node_dir(node.path)
-        if here.startswith(under):
-            # The node's first segment below the prefix; deeper chunks share that segment.
-            names.add((here + METADATA_KEY)[len(under) :].split("/", 1)[0])
-        if node.meta is not None and under.startswith(here):
-            # The listed directory is this array's own, or one of its chunk directories.
-            names.update(
-                key[len(under) :].split("/", 1)[0]
-                for key, _ in _chunk_keys(session, node)
-                if key.startswith(under)
-            )
-    return sorted(names)
-
-
-def _delete_prefix(session: AnySession, prefix: str) -> None:
-    for node in session.list_nodes():
-        here = node_dir(node.path)
-        if here.startswith(prefix):  # the node's zarr.json and chunks all lie under the prefix
-            with contextlib.suppress(NotFoundError):
-                session.delete_node(node.path, recursive=False)
-        elif node.meta is not None and prefix.startswith(here):  # some chunks of the array
-            for key, coord in list(_chunk_keys(session, node)):
-                if key.startswith(prefix):
-                    session.delete_chunk(node.path, coord)
+    return await _run(ref.kind == "native", read_ref, session, ref, byte_range)  # inline: bytes

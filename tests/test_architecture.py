@@ -27,6 +27,8 @@ LAYERS = {
     "core": 4,
     "ops": 4,  # maintenance beside the engine: it never imports core.repository at runtime
     "zarr_store": 5,
+    "zarr_keys": 5,  # the zarr store's key grammar and listing
+    "zarr_values": 5,  # what the zarr store reads and writes, in the caller's thread
     "xarray": 5,  # to_repository: xarray datasets through forks (beside the zarr store)
     "inventory": 5,
     "virtual": 5,

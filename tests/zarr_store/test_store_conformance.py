@@ -3,8 +3,8 @@
 Two stores: one over a writable session, and one over read-only sessions of committed
 snapshots. Our store holds only Zarr metadata and chunks, so the tests of ``StoreTests`` that
 store arbitrary bytes under arbitrary keys (``foo``, ``k``, ``zarr.json`` = ``b"bar"``) are
-overridden below with the same checks on real ``zarr.json`` documents and chunk keys; each
-override says what it changed.
+overridden below (the synchronous ones in sync_store_tests.py) with the same checks on real
+``zarr.json`` documents and chunk keys; each override says what it changed.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from icechunk_spark.zarr_store import IcechunkStore
 from tests.support.helpers import create_repo
 
 from .raw_keys import array_doc, group_doc, read_raw, write_raw
+from .sync_store_tests import READ_ONLY_MESSAGE, ReadOnlySyncTests, WritableSyncTests
 
 # Values of 4 bytes go to chunk files in storage, empty ones inline in the manifest: both paths.
 REPO_CONFIG = {"inline_chunk_threshold_bytes": 2}
-READ_ONLY_MESSAGE = "store was opened in read-only mode and does not support writing"
 prototype = default_buffer_prototype()
 
 
@@ -204,7 +204,7 @@ class _IcechunkStoreTests(StoreTests[IcechunkStore, cpu.Buffer]):
         assert doc == json.loads(group_doc(foo="bar"))
 
 
-class TestWritableStore(_IcechunkStoreTests):
+class TestWritableStore(WritableSyncTests, _IcechunkStoreTests):
     """A store over a writable session; raw helpers go straight through the session."""
 
     store_cls = IcechunkStore
@@ -358,7 +358,7 @@ class CommittedStore(IcechunkStore):
         self.current = self.current.repository.readonly_session("main")
 
 
-class TestReadOnlyStore(_IcechunkStoreTests):
+class TestReadOnlyStore(ReadOnlySyncTests, _IcechunkStoreTests):
     """Read-only sessions of committed snapshots; raw helpers commit through a writable session.
 
     Every StoreTests test that writes through the store checks here that the write is refused.
