@@ -16,6 +16,7 @@ import pytest
 
 from icechunk_spark import Repository, StaleSessionError
 from icechunk_spark.core.config import RepositoryConfig
+from tests.support.progress import AtStage
 from tests.trust.conftest import create
 
 BIG = b"x" * 64  # over the inline threshold below: a chunk file in c/
@@ -80,6 +81,28 @@ def test_commit_landing_while_gc_deletes_keeps_its_chunks(repo, faulty):
     assert done, "garbage collection failed"
     assert repo.lookup_branch("main") == snapshot
     assert _read_all(repo) == {0: BIG, 1: BIG, 2: BIG, 3: None}
+
+
+def test_chunks_written_after_the_fence_survive_a_future_cutoff(repo):
+    # GC asked for a cut-off an hour ahead. A session opens after its fence and writes a chunk
+    # before GC lists c/; the session saw the fence, so its commit will not copy the chunk.
+    # Only the cut-off in effect (never later than the fence) keeps that chunk.
+    sessions = []
+
+    def open_a_session_and_write() -> None:
+        state = repo.state()
+        assert state.gc_fence is not None and state.gc_fence.generation == state.generation
+        session = repo.writable_session()
+        session.set_chunk("/a", (1,), BIG)
+        sessions.append(session)
+
+    # GC stops right after publishing its fence, before it lists c/.
+    hook = AtStage("listing objects", open_a_session_and_write)
+    summary = repo.garbage_collect(_now_plus(3600), progress=hook)
+    assert hook.ran
+    sessions[0].commit("written after the fence, before GC listed c/")
+    assert _read_all(repo) == {0: BIG, 1: BIG, 2: None, 3: None}
+    assert summary.chunks_deleted == 0
 
 
 def test_session_started_after_the_fence_commits_without_copying(repo, faulty):
