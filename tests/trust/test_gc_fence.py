@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from icechunk_spark import Repository, StaleSessionError
+from icechunk_spark import InvalidInputError, Repository, StaleSessionError
 from icechunk_spark.core.config import RepositoryConfig
+from icechunk_spark.ops.gc import garbage_collect
 from tests.support.progress import AtStage
 from tests.trust.conftest import create
 
@@ -130,6 +131,14 @@ def test_dry_run_writes_nothing(repo):
     assert RepositoryConfig.from_dict(repo.state().config) == RepositoryConfig.from_dict(
         before.config
     )
+
+
+def test_as_if_is_for_dry_runs_only(repo):
+    # A real run with a state change it would not make: refused, before anything is written.
+    before = repo.state().generation
+    with pytest.raises(InvalidInputError, match="dry runs"):
+        garbage_collect(repo, _now_plus(), as_if=lambda state: state)
+    assert repo.state().generation == before
 
 
 def test_gc_sweeps_abandoned_staging_areas(repo, faulty):
