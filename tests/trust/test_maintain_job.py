@@ -16,12 +16,15 @@ BIG = b"x" * 64
 
 
 def _maintain(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    # The job imports this checkout's package, not whichever one is installed.
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
     return subprocess.run(
         [sys.executable, str(ROOT / "jobs" / "maintain.py"), "--repo", url, *args],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        env={**os.environ, "PYTHONPATH": path},
     )
 
 
