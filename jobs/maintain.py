@@ -15,7 +15,8 @@ from pathlib import Path
 from icechunk_spark.core.repository import Repository
 from icechunk_spark.errors import InvalidInputError
 from icechunk_spark.exit import exit_process
-from icechunk_spark.ops.history import expire_state
+from icechunk_spark.ops.gc import garbage_collect
+from icechunk_spark.ops.history import expire_state, utc_ms
 from icechunk_spark.spark.jobs import base_parser, run, storage_options
 from icechunk_spark.splitting import parse_config
 
@@ -62,23 +63,31 @@ def main() -> int:
         if args.manifests:
             config = parse_config(Path(args.manifests).read_text())  # checked even on a dry run
             if args.dry_run:
-                print(f"maintain: would repack manifests under {args.manifests}")
+                # A repack writes; what it would make unreachable cannot be counted here.
+                print(
+                    f"maintain: would repack manifests under {args.manifests} "
+                    "(not counted in the gc figures below)"
+                )
             else:
                 snapshot = repo.rewrite_manifests(config, "repack manifests", args.branch)
                 count = len(repo.manifests(snapshot))
                 print(f"maintain: repacked manifests into snapshot {snapshot} ({count} manifests)")
         cutoff = expiry_cutoff(repo, args.branch, args.keep_last, args.keep_days)
+        gc_cutoff = datetime.now(tz=UTC) - timedelta(days=args.gc_days)
         if args.dry_run:
-            expired = expire_state(repo.state(), int(cutoff.timestamp() * 1000))[1]
+            limit_ms = utc_ms(cutoff, "cutoff")
+            expired = expire_state(repo.state(), limit_ms)[1]
             print(
                 f"maintain: would expire {len(expired)} snapshots older than {cutoff.isoformat()}"
+            )
+            # GC runs after the expiry: count what it would delete once those are unlisted.
+            summary = garbage_collect(
+                repo, gc_cutoff, dry_run=True, as_if=lambda s: expire_state(s, limit_ms)[0]
             )
         else:
             expired = repo.expire_snapshots(cutoff)
             print(f"maintain: expired {len(expired)} snapshots older than {cutoff.isoformat()}")
-        summary = repo.garbage_collect(
-            datetime.now(tz=UTC) - timedelta(days=args.gc_days), dry_run=args.dry_run
-        )
+            summary = repo.garbage_collect(gc_cutoff)
         verb = "would delete" if args.dry_run else "deleted"
         print(
             f"maintain: gc {verb} {summary.objects_deleted} objects "

@@ -27,6 +27,9 @@ from tests.support.faulty_proxy import STATE_FILE_PUTS, FaultRule, FaultyProxy, 
 WRITERS = 4
 COMMITS = 6
 ATTEMPTS = 4  # a writer retries a reported failure (new session, same change) this often
+# What an injected fault may make a commit report. Never a conflict: each writer has its own
+# array, so a ConflictError (or any other error) would be a bug that the retries hid.
+FAULT_ERRORS = {"StorageError", "StorageUnreachableError", "CommitStateUnknownError"}
 SEED = int(os.environ.get("FAULT_SEED", "2026"))
 STATE_FILE = r"/t/\d+$"
 
@@ -100,6 +103,10 @@ def test_writers_through_faults_get_truthful_results(s3_endpoint):
     assert figures["false failures"] == 0
     assert figures["values landed twice"] == 0
     assert figures["commits returned"] == WRITERS * COMMITS
+    assert figures["conflicts"] == 0, figures["errors"]
+    # Every retry answers a failure that an injected fault explains.
+    assert set(figures["errors"]) <= FAULT_ERRORS, figures["errors"]
+    assert figures["retries"] <= sum(faults.values())
 
 
 def _check(url: str, endpoint: str, outcomes: dict[int, list[Any]]) -> dict[str, Any]:
@@ -130,12 +137,15 @@ def _check(url: str, endpoint: str, outcomes: dict[int, list[Any]]) -> dict[str,
     repo.garbage_collect(datetime.now(UTC))
     # A new handle: the old one caches manifests, which must be read again after GC.
     _assert_history_reads(Repository.open(url, storage_options=s3_options(endpoint)), history)
+    errors = [o[3].split(":")[0] for a in outcomes.values() for o in a if o[3]]
     return {
         "commits returned": sum(o[2] is not None for a in outcomes.values() for o in a),
         "failures reported": sum(o[2] is None for a in outcomes.values() for o in a),
+        "retries": sum(o[1] > 0 for a in outcomes.values() for o in a),
+        "conflicts": errors.count("ConflictError"),
         "false failures": false_failures,
         "values landed twice": twice,
-        "errors": sorted({o[3].split(":")[0] for a in outcomes.values() for o in a if o[3]}),
+        "errors": sorted(set(errors)),
     }
 
 

@@ -51,13 +51,13 @@ Run one maintenance operation (expiry, GC) at a time; commits and reads may go o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ..core.refs import read_latest_state, update_state
-from ..errors import FormatError, NotFoundError
+from ..errors import FormatError, InvalidInputError, NotFoundError
 from ..format.keys import (
     ATTRIBUTES_PREFIX,
     CHUNKS_PREFIX,
@@ -142,25 +142,30 @@ def garbage_collect(
     *,
     dry_run: bool = False,
     progress: Progress | None = None,
+    as_if: Callable[[State], State | None] | None = None,
 ) -> GCSummary:
     """Delete objects unreachable from every listed snapshot and older than the cut-off.
 
     Expire snapshots first (``expire_snapshots``) to make their files unreachable. A naive
     ``delete_object_older_than`` is taken as UTC. With ``dry_run`` nothing is deleted and the
-    summary says what would be. ``progress`` hears the stages: reading snapshots, reading
+    summary says what would be; ``as_if`` (dry runs only) is a change of the state that the real
+    run would make first, such as an expiry (``history.expire_state``), so the summary says what
+    GC would delete after it. ``progress`` hears the stages: reading snapshots, reading
     manifests, listing objects, deleting objects.
 
     >>> summary = garbage_collect(repo, datetime.now(UTC) - timedelta(days=1))  # doctest: +SKIP
     >>> summary.bytes_deleted                                                  # doctest: +SKIP
 
     Raises:
-        InvalidInputError: the cut-off is not a datetime.
+        InvalidInputError: the cut-off is not a datetime, or ``as_if`` without ``dry_run``.
         FormatError: a listed snapshot's structure file or manifest is missing or corrupt
             (nothing is deleted then: reachability would be incomplete).
     """
     cutoff_ms = utc_ms(delete_object_older_than, "delete_object_older_than")
+    if as_if is not None and not dry_run:
+        raise InvalidInputError("as_if is for dry runs: apply the change itself, then collect")
     storage = repo.storage
-    state = read_latest_state(storage)
+    state = _planned(read_latest_state(storage), as_if)
     reachable = _Reachable()
     _mark(storage, repo.pool, state.snapshots.values(), reachable, progress)
     if dry_run:
@@ -182,13 +187,18 @@ def garbage_collect(
 
     # Commits may have landed while we listed; they may reference objects their sessions wrote
     # before the cut-off. Keep whatever the snapshots listed now reach (see the docstring, 3.).
-    latest = read_latest_state(storage)
+    latest = _planned(read_latest_state(storage), as_if)
     _mark(storage, repo.pool, latest.snapshots.values(), reachable, progress)
     garbage = [info for info in garbage if info.key not in reachable.keys]
 
     if not dry_run:
         _delete(storage, [info.key for info in garbage], progress)
     return _summarize(garbage)
+
+
+def _planned(state: State, change: Callable[[State], State | None] | None) -> State:
+    proposed = change(state) if change is not None else None
+    return state if proposed is None else proposed
 
 
 def _publish_fence(storage: Storage, cutoff_ms: int) -> tuple[State, int]:

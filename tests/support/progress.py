@@ -1,7 +1,9 @@
-"""A Progress that remembers what it heard, to check what long operations report."""
+"""Progress listeners for tests: one remembers what it heard, to check what long operations
+report; one runs an action when a stage begins, to hold an operation at that exact point."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -36,3 +38,27 @@ class Recorder:
 
     def all_complete(self) -> bool:
         return all(s.ended and s.done == s.total for s in self.stages)
+
+
+class AtStage:
+    """Runs ``action`` once, in the operation's own thread, when ``stage`` begins.
+
+    E.g. ``AtStage("listing objects", ...)`` acts while GC is past its fence and before it
+    lists ``c/``, with no thread and no timing involved.
+    """
+
+    def __init__(self, stage: str, action: Callable[[], None]) -> None:
+        self.stage = stage
+        self.action = action
+        self.ran = False
+
+    def begin(self, stage: str, total: int | None) -> None:
+        if stage == self.stage and not self.ran:
+            self.ran = True
+            self.action()
+
+    def advance(self, n: int = 1) -> None:
+        pass
+
+    def end(self) -> None:
+        pass

@@ -50,14 +50,27 @@ def test_a_duplicate_that_lands_first_is_never_committed_twice(backend) -> None:
 
 def test_other_marks_and_other_branches_do_not_count(backend) -> None:
     repo = _with_array(backend)
-    _session_writing(repo, b"\x01").commit("batch 7", once=MARKS)
-    other = _session_writing(repo, b"\x03")
-    other.commit("batch 8", once={**MARKS, "stream.batch_id": 8})  # lands
+    array = repo.lookup_branch("main")
+    seven = _session_writing(repo, b"\x01").commit("batch 7", once=MARKS)
+    eight_marks = {**MARKS, "stream.batch_id": 8}
+    eight = _session_writing(repo, b"\x03").commit("batch 8", once=eight_marks)
 
-    repo.create_branch("side", repo.lookup_snapshot(next(repo.ancestry()).id).parent_id)
+    # "side" starts at batch 7: its history holds batch 7, not batch 8 (which is on main).
+    repo.create_branch("side", seven)
     side = repo.writable_session("side")
     side.set_chunk("/a", (1,), b"\x04")
-    side.commit("batch 8 on side", once={**MARKS, "stream.batch_id": 8})  # not on side's history
+    on_side = side.commit("batch 8 on side", once=eight_marks)
+
+    def history(branch: str) -> list[str]:
+        return [info.id for info in repo.ancestry(branch=branch)][:-1]  # without the first
+
+    assert history("main") == [eight, seven, array]
+    assert history("side") == [on_side, seven, array]
+    assert dict(repo.lookup_snapshot(eight).metadata) == eight_marks
+    assert dict(repo.lookup_snapshot(on_side).metadata) == eight_marks
+    main, side_reader = repo.readonly_session("main"), repo.readonly_session("side")
+    assert [main.get_chunk("/a", (i,)) for i in (0, 1)] == [b"\x03", None]
+    assert [side_reader.get_chunk("/a", (i,)) for i in (0, 1)] == [b"\x01", b"\x04"]
 
 
 def test_the_marks_go_into_the_metadata_and_must_agree_with_it(backend) -> None:

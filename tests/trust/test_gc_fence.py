@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from icechunk_spark import Repository, StaleSessionError
+from icechunk_spark import InvalidInputError, Repository, StaleSessionError
 from icechunk_spark.core.config import RepositoryConfig
+from icechunk_spark.ops.gc import garbage_collect
+from tests.support.progress import AtStage
 from tests.trust.conftest import create
 
 BIG = b"x" * 64  # over the inline threshold below: a chunk file in c/
@@ -82,6 +84,28 @@ def test_commit_landing_while_gc_deletes_keeps_its_chunks(repo, faulty):
     assert _read_all(repo) == {0: BIG, 1: BIG, 2: BIG, 3: None}
 
 
+def test_chunks_written_after_the_fence_survive_a_future_cutoff(repo):
+    # GC asked for a cut-off an hour ahead. A session opens after its fence and writes a chunk
+    # before GC lists c/; the session saw the fence, so its commit will not copy the chunk.
+    # Only the cut-off in effect (never later than the fence) keeps that chunk.
+    sessions = []
+
+    def open_a_session_and_write() -> None:
+        state = repo.state()
+        assert state.gc_fence is not None and state.gc_fence.generation == state.generation
+        session = repo.writable_session()
+        session.set_chunk("/a", (1,), BIG)
+        sessions.append(session)
+
+    # GC stops right after publishing its fence, before it lists c/.
+    hook = AtStage("listing objects", open_a_session_and_write)
+    summary = repo.garbage_collect(_now_plus(3600), progress=hook)
+    assert hook.ran
+    sessions[0].commit("written after the fence, before GC listed c/")
+    assert _read_all(repo) == {0: BIG, 1: BIG, 2: None, 3: None}
+    assert summary.chunks_deleted == 0
+
+
 def test_session_started_after_the_fence_commits_without_copying(repo, faulty):
     repo.garbage_collect(_now_plus(-60))  # a fence with a cut-off long before this session
     session = repo.writable_session()
@@ -107,6 +131,14 @@ def test_dry_run_writes_nothing(repo):
     assert RepositoryConfig.from_dict(repo.state().config) == RepositoryConfig.from_dict(
         before.config
     )
+
+
+def test_as_if_is_for_dry_runs_only(repo):
+    # A real run with a state change it would not make: refused, before anything is written.
+    before = repo.state().generation
+    with pytest.raises(InvalidInputError, match="dry runs"):
+        garbage_collect(repo, _now_plus(), as_if=lambda state: state)
+    assert repo.state().generation == before
 
 
 def test_gc_sweeps_abandoned_staging_areas(repo, faulty):

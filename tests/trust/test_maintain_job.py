@@ -1,9 +1,12 @@
-"""jobs/maintain.py: a dry run writes nothing; by default GC spares in-flight writes."""
+"""jobs/maintain.py: a dry run writes nothing and reports what the real run deletes; by default
+GC spares in-flight writes."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from icechunk_spark import Repository
@@ -13,12 +16,15 @@ BIG = b"x" * 64
 
 
 def _maintain(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    # The job imports this checkout's package, not whichever one is installed.
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
     return subprocess.run(
         [sys.executable, str(ROOT / "jobs" / "maintain.py"), "--repo", url, *args],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        env={**os.environ, "PYTHONPATH": path},
     )
 
 
@@ -48,6 +54,34 @@ def test_dry_run_writes_nothing(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "would repack" in done.stdout and "would expire 3 snapshots" in done.stdout
     assert _files(tmp_path) == before
+
+
+def _gc_report(done: subprocess.CompletedProcess[str], verb: str) -> str:
+    """The job's GC line after its verb: "N objects (B bytes): chunks=… manifests=…"."""
+    assert done.returncode == 0, done.stderr
+    prefix = f"maintain: gc {verb} "
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith(prefix)]
+    return line[len(prefix) :]
+
+
+def test_dry_run_reports_what_the_real_run_deletes(tmp_path):
+    _repo_with_history(tmp_path)
+    # Every file an hour old, the GC window 15 minutes: what the runs write themselves (the
+    # expiry's and the fence's state files) stays, whatever the clock does meanwhile.
+    hour_ago = time.time() - 3600
+    for path in tmp_path.rglob("*"):
+        os.utime(path, (hour_ago, hour_ago))
+    window = ("--keep-last", "1", "--gc-days", str(15 / 1440))
+
+    dry = _gc_report(_maintain(tmp_path.as_uri(), *window, "--dry-run"), "would delete")
+    before = _files(tmp_path)
+    real = _gc_report(_maintain(tmp_path.as_uri(), *window), "deleted")
+    gone = set(before) - set(_files(tmp_path))
+
+    assert dry == real
+    # ...and the real run's report is what vanished; the expired snapshots' files are in it.
+    assert real.startswith(f"{len(gone)} objects ({sum(len(before[k]) for k in gone)} bytes)")
+    assert {k.split("/")[0] for k in gone} == {"m", "s", "t", "x"}
 
 
 def test_default_window_spares_a_write_in_flight(tmp_path):
