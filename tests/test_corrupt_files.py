@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
-from icechunk_spark import FormatError
+from icechunk_spark import FormatError, Repository
+from tests.support.faults import FaultyStorage
 from tests.support.helpers import create_repo, make_array, open_repo
 
 
@@ -17,10 +20,44 @@ def _committed(backend):
     return repo
 
 
-def test_garbage_state_hint(backend):
+def _truncate(storage, key: str) -> None:
+    data = storage.get(key)
+    storage.put(key, data[: len(data) // 2])
+
+
+def test_a_truncated_state_hint_is_ignored_like_a_missing_one(backend):
+    # icechunk.json is only a copy of the newest t/<g>: readers list t/ instead, as when the
+    # hint is missing, and the next commit writes a whole hint again.
     repo = _committed(backend)
-    repo.storage.put("icechunk.json", b"\x00garbage")
-    with pytest.raises(FormatError, match=r"icechunk\.json"):
+    tip = repo.lookup_branch("main")
+    _truncate(repo.storage, "icechunk.json")
+    reopened = open_repo(backend)
+    assert reopened.lookup_branch("main") == tip
+    assert reopened.readonly_session().get_chunk("/a", (0, 0)) == b"data"
+    session = reopened.writable_session()
+    session.set_chunk("/a", (0, 1), b"more")
+    two = session.commit("two")
+    assert open_repo(backend).lookup_branch("main") == two
+
+
+def test_garbage_collection_runs_past_a_truncated_state_hint(backend):
+    repo = _committed(backend)
+    _truncate(repo.storage, "icechunk.json")
+    # The fence GC publishes would write a whole hint; failing that write (best effort, as
+    # in publish_state) leaves GC to read the truncated one.
+    storage = FaultyStorage(repo.storage)
+    storage.fail("put", "icechunk.json")
+    Repository.open(storage).garbage_collect(datetime(2000, 1, 1, tzinfo=UTC))
+    assert open_repo(backend).readonly_session().get_chunk("/a", (0, 0)) == b"data"
+
+
+def test_a_truncated_newest_state_file_is_an_error_not_an_older_state(backend):
+    # Falling back past the hint must not fall back in history: the newest t/<g> decides.
+    repo = _committed(backend)
+    newest = max(i.key for i in repo.storage.list("t/"))
+    _truncate(repo.storage, "icechunk.json")
+    _truncate(repo.storage, newest)
+    with pytest.raises(FormatError, match=newest):
         open_repo(backend)
 
 
