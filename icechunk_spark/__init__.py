@@ -36,6 +36,7 @@ from .errors import (
     StorageError,
     StorageNotFoundError,
     StorageUnreachableError,
+    TruncatedChunkError,
     VirtualRangeError,
     VirtualRefRefusedError,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "StorageError",
     "StorageNotFoundError",
     "StorageUnreachableError",
+    "TruncatedChunkError",
     "VirtualRangeError",
     "VirtualRefRefusedError",
 ]

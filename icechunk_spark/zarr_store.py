@@ -37,6 +37,7 @@ from zarr.abc.store import (
 )
 from zarr.core.buffer import Buffer, BufferPrototype
 
+from .core.chunk_reads import naming_chunk
 from .core.snapshot import ChunkRef
 from .errors import (
     AlreadyExistsError,
@@ -162,7 +163,8 @@ class IcechunkStore(Store):
         elif isinstance(target, ChunkKey):
             # Manifest loads may hit storage: in a thread, so concurrent gets overlap.
             ref = await asyncio.to_thread(_chunk_ref_or_none, session, target)
-            data = None if ref is None else await _read_ref(session, ref, byte_range)
+            with naming_chunk(target.path, target.coord):
+                data = None if ref is None else await _read_ref(session, ref, byte_range)
         else:
             return None
         return None if data is None else prototype.buffer.from_bytes(data)

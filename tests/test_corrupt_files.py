@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pickle
 from datetime import UTC, datetime
 
+import numpy as np
 import pytest
+import zarr
 
-from icechunk_spark import FormatError, Repository
+from icechunk_spark import FormatError, Repository, TruncatedChunkError
 from tests.support.faults import FaultyStorage
 from tests.support.helpers import create_repo, make_array, open_repo
 
@@ -82,3 +85,53 @@ def test_garbage_manifest_fails_the_read_not_the_open(backend):
     assert [n.path for n in reader.list_nodes()] == ["/", "/a"]
     with pytest.raises(FormatError, match=key):
         reader.get_chunk("/a", (0, 0))
+
+
+@pytest.fixture
+def truncated_chunk(backend):
+    """A repository whose one chunk, (0, 1) of ``/a``, lost the second half of its object."""
+    repo = create_repo(backend, config={"inline_chunk_threshold_bytes": 0})
+    session = repo.writable_session()
+    make_array(session)
+    zarr.open_array(session.store, path="a")[0:5, 5:10] = np.arange(25).reshape(5, 5)
+    session.commit("one chunk")
+    [key] = [i.key for i in repo.storage.list("c/")]
+    _truncate(repo.storage, key)
+    return open_repo(backend), key
+
+
+def _names_the_chunk(error: pytest.ExceptionInfo[TruncatedChunkError], key: str) -> None:
+    assert isinstance(error.value, FormatError)
+    assert (error.value.path, error.value.coord, error.value.key) == ("/a", (0, 1), key)
+    for part in ("'/a'", "(0, 1)", repr(key)):
+        assert part in str(error.value), (part, str(error.value))
+    # Spark tasks send it back to the driver pickled.
+    again = pickle.loads(pickle.dumps(error.value))
+    assert (again.path, again.coord, again.key, str(again)) == ("/a", (0, 1), key, str(error.value))
+
+
+def test_a_truncated_chunk_object_is_named_by_get_chunk(truncated_chunk):
+    repo, key = truncated_chunk
+    with pytest.raises(TruncatedChunkError) as error:
+        repo.readonly_session().get_chunk("/a", (0, 1))
+    _names_the_chunk(error, key)
+    # A range inside what is left is still whole: only reads past the cut fail.
+    assert repo.readonly_session().get_chunk("/a", (0, 1), (0, 8)) == bytes(
+        np.arange(2, dtype="<i4")
+    )
+
+
+def test_a_truncated_chunk_object_is_named_by_zarr_reads(truncated_chunk):
+    repo, key = truncated_chunk
+    array = zarr.open_array(repo.readonly_session().store, path="a", mode="r")
+    assert (array[5:, :] == 0).all()  # the other chunks were never written: fill values
+    with pytest.raises(TruncatedChunkError) as error:
+        array[:]
+    _names_the_chunk(error, key)
+
+
+def test_a_truncated_chunk_object_is_named_by_a_fork(truncated_chunk):
+    repo, key = truncated_chunk
+    with pytest.raises(TruncatedChunkError) as error:
+        repo.writable_session().fork().get_chunk("/a", (0, 1))
+    _names_the_chunk(error, key)
