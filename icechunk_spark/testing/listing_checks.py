@@ -168,9 +168,15 @@ class ListingChecks(StorageHooks):
         other = pickle.loads(pickle.dumps(self.opener(storage)))()
         try:
             storage.put("c/from-first", b"1")
-            assert other.get("c/from-first") == b"1", "the reopened handle sees the first's puts"
+            seen = must_not_raise(
+                "the reopened handle sees the first's puts", other.get, "c/from-first"
+            )
+            assert seen == b"1", "the reopened handle sees the first's puts"
             assert other.put_if_absent("c/from-second", b"2")
-            assert storage.get("c/from-second") == b"2", "the first sees the reopened's puts"
+            seen = must_not_raise(
+                "the first sees the reopened's puts", storage.get, "c/from-second"
+            )
+            assert seen == b"2", "the first sees the reopened's puts"
             assert not storage.put_if_absent("c/from-second", b"3"), (
                 "put_if_absent through one handle sees what the other created"
             )
