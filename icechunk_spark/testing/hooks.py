@@ -13,7 +13,7 @@ from typing import ClassVar
 import pytest
 
 from ..storage.base import Storage
-from .transport import TransientFaults
+from .transport import TransportFaults
 
 Opener = Callable[[], Storage]
 
@@ -51,10 +51,22 @@ class StorageHooks:
         """
         return functools.partial(_same_storage, storage)
 
+    # The retry checks' handles (see ``TransportFaults``). A backend without a transport of
+    # its own mixes in ``SimulatedTransport``, which provides all three.
     @pytest.fixture
-    def transient_faults(self, storage: Storage) -> TransientFaults:
-        """Override for a backend with a transport that can fail (see ``TransientFaults``)."""
+    def transient_faults(self, storage: Storage) -> TransportFaults:
+        """A handle whose transport fails some requests once, transiently."""
         pytest.skip(f"{type(self).__name__} declares no transport faults to inject")
+
+    @pytest.fixture
+    def refused_connection(self, storage: Storage) -> TransportFaults:
+        """A handle whose transport is refused every connection."""
+        pytest.skip(f"{type(self).__name__} declares no refusing transport")
+
+    @pytest.fixture
+    def failing_transport(self, storage: Storage) -> TransportFaults:
+        """A handle whose transport fails every request transiently (a timeout)."""
+        pytest.skip(f"{type(self).__name__} declares no transport that always fails")
 
 
 def _same_storage(storage: Storage) -> Storage:

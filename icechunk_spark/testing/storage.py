@@ -23,8 +23,9 @@ the location), with sizes and modification times; deletes of present, missing an
 ``exists`` for objects only; ``get_many`` order; no temporary files left by writes; keys of
 the shapes the format uses; a reopened handle (see ``opener``) reaches the same objects; and
 retries as ``storage/base.py`` defines them: every operation but put-if-absent may be repeated
-after a lost answer, transient errors (``ConnectionError``, ``TimeoutError``) are retried, a
-refused connection is not, and retries end in a ``StorageError``.
+after a lost answer; and, through a handle whose transport fails (the fault fixtures below),
+transient failures are retried, a refused connection is not, and retries end in a
+``StorageError``.
 
 Hooks a subclass may set or override:
 
@@ -32,8 +33,13 @@ Hooks a subclass may set or override:
   in-process store): the cross-process race is skipped, saying so.
 * ``opener(storage)``: a picklable zero-argument callable that opens the same location again.
   By default the storage pickles itself (repositories are pickled to worker processes too).
-* the ``transient_faults`` fixture, for backends with a network transport: a handle whose
-  transport fails requests transiently, to check they are retried (skipped by default).
+* the fault fixtures ``transient_faults``, ``refused_connection`` and ``failing_transport``:
+  ``TransportFaults`` handles on the location whose transport fails some requests once, refuses
+  every connection, or fails every request (each check skips, saying so, without its fixture).
+  A backend with a network transport provides what it can (our S3, GCS and Azure runs put a
+  fault-injecting proxy in front of the server for ``transient_faults``); a backend without
+  one mixes in ``SimulatedTransport`` (``class TestMine(SimulatedTransport, StorageTests)``),
+  which provides all three through ``FlakyTransport``.
 * ``clock_slack_ms``: how far a listing's ``modified_ms`` may be from this machine's clock.
 
 pytest rewrites asserts only in test modules, so every assert here carries its own message.
@@ -44,9 +50,8 @@ from __future__ import annotations
 from .listing_checks import ListingChecks
 from .object_checks import ObjectChecks
 from .retry_checks import RetryChecks
-from .transport import TransientFaults
 
-__all__ = ["StorageTests", "TransientFaults"]
+__all__ = ["StorageTests"]
 
 
 class StorageTests(ObjectChecks, ListingChecks, RetryChecks):

@@ -6,15 +6,20 @@ backend author could get it wrong; the suite's method must then fail.
 
 from __future__ import annotations
 
+import inspect
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
-from icechunk_spark.errors import NotFoundError, StorageError
+from icechunk_spark.errors import NotFoundError, StorageError, StorageUnreachableError
 from icechunk_spark.storage import LocalStorage, MemoryStorage, ObjectInfo, Storage
-from icechunk_spark.testing import StorageTests
+from icechunk_spark.testing import FlakyTransport, StorageTests, TransportFaults
+from icechunk_spark.testing.transport import Fault
+
+T = TypeVar("T")
 
 # What a failing check raises: an assert, or pytest.raises(...) that saw nothing raised.
 SUITE_FAILURE = (AssertionError, pytest.fail.Exception)
@@ -128,14 +133,10 @@ class PicklesACopy(MemoryStorage):
     """Pickles its objects by value, not its name: a reopened handle holds a copy, and
     neither handle sees what the other writes afterwards."""
 
-    def __reduce__(self) -> tuple[object, tuple[dict[str, tuple[bytes, int]]]]:
-        return (_memory_holding, (dict(self._objects),))
-
-
-def _memory_holding(objects: dict[str, tuple[bytes, int]]) -> MemoryStorage:
-    copy = MemoryStorage(uuid.uuid4().hex)
-    copy._objects.update(objects)
-    return copy
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        copy = MemoryStorage.named(uuid.uuid4().hex)
+        copy._objects.update(self._objects)
+        return (MemoryStorage.named, (copy.url.removeprefix("memory://"),))
 
 
 class OwnBytesCountAsCreated(MemoryStorage):
@@ -144,6 +145,49 @@ class OwnBytesCountAsCreated(MemoryStorage):
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         return super().put_if_absent(key, data) or self.get(key) == data
+
+
+# Broken request paths of a network backend: FlakyTransport's transport over memory storage,
+# with a retry loop of its own instead of ``with_retries``.
+class RetriesEveryOSError(FlakyTransport):
+    """Retries every OSError, a refused connection too: a wrong endpoint fails slowly."""
+
+    def retry(self, operation: str, request: Callable[[], T]) -> T:
+        for attempt in range(5):
+            try:
+                return request()
+            except OSError as exc:
+                if attempt == 4:
+                    raise StorageError(f"{operation} failed 5 times") from exc
+        raise AssertionError("unreachable")
+
+
+class GivesUpWithTheTransportError(FlakyTransport):
+    """Retries transient failures, then lets the last one out as it is, not a StorageError."""
+
+    def retry(self, operation: str, request: Callable[[], T]) -> T:
+        for attempt in range(5):
+            try:
+                return request()
+            except ConnectionRefusedError as exc:
+                raise StorageUnreachableError(f"{operation}: connection refused") from exc
+            except (ConnectionError, TimeoutError):
+                if attempt == 4:
+                    raise
+        raise AssertionError("unreachable")
+
+
+class RetriesReadsOnly(FlakyTransport):
+    """Retries reads only: writes "must not be repeated" (they may: objects are immutable, and
+    these failures came before the write took effect)."""
+
+    def retry(self, operation: str, request: Callable[[], T]) -> T:
+        if operation in ("get", "get_range", "list", "exists"):
+            return super().retry(operation, request)
+        try:
+            return request()
+        except (ConnectionError, TimeoutError) as exc:
+            raise StorageError(f"{operation} failed: {exc}") from exc
 
 
 # (broken backend, the suite's check, what its failure says)
@@ -175,7 +219,20 @@ BROKEN: list[tuple[type[Storage], str, str]] = [
         "test_put_if_absent_retried_after_a_lost_answer_is_settled_by_reading",
         "the retry of a put_if_absent that landed finds the object",
     ),
+    (RetriesEveryOSError, "test_a_refused_connection_is_not_retried", "was tried 5 times"),
+    (
+        GivesUpWithTheTransportError,
+        "test_retries_are_bounded_and_end_in_a_storage_error",
+        "gave up with TimeoutError",
+    ),
+    (RetriesReadsOnly, "test_transient_transport_failures_are_retried", "put after a transient"),
 ]
+# The handle each fault fixture stands for: FlakyTransport's fault.
+FAULTS: dict[str, Fault] = {
+    "transient_faults": "first",
+    "refused_connection": "refused",
+    "failing_transport": "always",
+}
 
 
 @pytest.mark.parametrize(
@@ -185,7 +242,7 @@ def test_the_check_fails_on_a_broken_backend(
     backend: type[Storage], check: str, says: str, tmp_path: Path
 ) -> None:
     with pytest.raises(SUITE_FAILURE, match=says):
-        getattr(StorageTests(), check)(_open(backend, tmp_path))
+        _run(check, backend, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -198,7 +255,28 @@ def test_the_check_passes_on_the_backend_before_it_was_broken(
 ) -> None:
     # Each failure above is the bug's, not the harness's: the same check, on the same kind
     # of backend without the bug, passes.
-    getattr(StorageTests(), check)(_open(backend, tmp_path))
+    _run(check, backend, tmp_path)
+
+
+def _run(check: str, backend: type[Storage], tmp_path: Path) -> None:
+    """The suite's ``check`` on a fresh location of ``backend``, given what it asks for: the
+    storage, or a fault fixture's handle (a transport ``backend`` over memory storage)."""
+    method = getattr(StorageTests(), check)
+    wanted = inspect.signature(method).parameters
+    if issubclass(backend, FlakyTransport):
+        inner = MemoryStorage.named(uuid.uuid4().hex)
+        arguments: dict[str, object] = {"storage": inner}
+        for name, fault in FAULTS.items():
+            if name in wanted:
+                handle = backend(inner, fault)
+                arguments[name] = TransportFaults(handle, _injected_by(handle))
+        method(**{name: arguments[name] for name in wanted})
+    else:
+        method(_open(backend, tmp_path))
+
+
+def _injected_by(handle: FlakyTransport) -> Callable[[], int]:
+    return lambda: handle.injected
 
 
 def _open(backend: type[Storage], tmp_path: Path) -> Storage:
