@@ -37,6 +37,7 @@ from .errors import (
     StorageError,
     StorageNotFoundError,
     StorageUnreachableError,
+    TruncatedChunkError,
     VirtualRangeError,
     VirtualRefRefusedError,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "StorageError",
     "StorageNotFoundError",
     "StorageUnreachableError",
+    "TruncatedChunkError",
     "VirtualRangeError",
     "VirtualRefRefusedError",
 ]

@@ -27,6 +27,7 @@
     │   ├── StorageUnreachableError  no connection, a timeout, an endpoint of another kind
     │   └── VirtualRangeError        a virtual ref asks for bytes past the end of its file
     └── FormatError              a repository file is truncated, corrupt or of an unknown version
+        └── TruncatedChunkError  a chunk's object holds fewer bytes than its ref points to
 
 Every message says what went wrong and, where there is one, what to do next.
 """
@@ -243,6 +244,39 @@ class FormatError(IcechunkSparkError):
     """A repository file is truncated, corrupt, or written by an unknown format version."""
 
 
+class TruncatedChunkError(FormatError):
+    """A chunk's stored object ends before the bytes the chunk's ref points to.
+
+    ``key`` is the object; ``path`` and ``coord`` name the chunk (``None`` until the reader
+    that knows them adds them). The object was cut short after it was written (an
+    interrupted copy, a damaged disk): restore it from a backup, or write the chunk again.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        wanted: tuple[int, int],
+        got: int,
+        path: str | None = None,
+        coord: tuple[int, ...] | None = None,
+    ) -> None:
+        self.key, self.wanted, self.got, self.path, self.coord = key, wanted, got, path, coord
+        start, end = wanted
+        chunk = f"chunk {coord} of array {path!r}" if path is not None else "a chunk"
+        super().__init__(
+            f"{chunk} is truncated: object {key!r} holds {got} of the {end - start} bytes "
+            f"[{start}, {end}) its ref points to; restore the object from a backup, or write "
+            "the chunk again"
+        )
+
+    def of_chunk(self, path: str, coord: tuple[int, ...]) -> TruncatedChunkError:
+        """The same error, naming the chunk it was read for."""
+        return TruncatedChunkError(self.key, self.wanted, self.got, path, coord)
+
+    def __reduce__(self) -> tuple[type[TruncatedChunkError], tuple[object, ...]]:
+        return (TruncatedChunkError, (self.key, self.wanted, self.got, self.path, self.coord))
+
+
 # The kind of the one conflict a policy (on_conflict='ours' / 'theirs') can resolve.
 CHUNK_CONFLICT = "chunk written concurrently"
 # A bulk write's coords are known only as a range: ``ours`` resolves it (our chunks win
@@ -333,6 +367,7 @@ __all__ = [
     "StorageError",
     "StorageNotFoundError",
     "StorageUnreachableError",
+    "TruncatedChunkError",
     "VirtualRangeError",
     "VirtualRefRefusedError",
 ]

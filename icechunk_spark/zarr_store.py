@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 
+from .core.chunk_reads import naming_chunk
 from .core.snapshot import ChunkRef
 from .errors import ReadOnlyStoreError
 from .zarr_keys import (
@@ -158,7 +159,9 @@ class IcechunkStore(Store):
         if not isinstance(target, ChunkKey):
             return as_buffer(read_metadata(session, target, byte_range), prototype)
         ref = chunk_ref_or_none(session, target)
-        return as_buffer(None if ref is None else read_ref(session, ref, byte_range), prototype)
+        with naming_chunk(target.path, target.coord):
+            data = None if ref is None else read_ref(session, ref, byte_range)
+        return as_buffer(data, prototype)
 
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
@@ -170,7 +173,8 @@ class IcechunkStore(Store):
             return as_buffer(read_metadata(session, target, byte_range), prototype)
         # Manifest loads may hit storage: in a thread, so concurrent gets overlap.
         ref = await asyncio.to_thread(chunk_ref_or_none, session, target)
-        data = None if ref is None else await _read_ref_async(session, ref, byte_range)
+        with naming_chunk(target.path, target.coord):
+            data = None if ref is None else await _read_ref_async(session, ref, byte_range)
         return as_buffer(data, prototype)
 
     async def get_partial_values(

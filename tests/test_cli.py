@@ -121,6 +121,13 @@ def test_errors_are_one_line_with_a_nonzero_exit(tmp_path, repo_url):
     assert "Traceback" in debug.stderr
 
 
+def test_a_truncated_state_hint_does_not_stop_the_cli(repo_url, tmp_path):
+    hint = tmp_path / "repo" / "icechunk.json"
+    hint.write_bytes(hint.read_bytes()[:40])
+    entries = run_json("log", repo_url)
+    assert [e["message"] for e in entries] == ["second", "first", "Repository initialized"]
+
+
 def test_chunks_plot_writes_a_png(repo_url, tmp_path):
     png = tmp_path / "inventory.png"
     counts = run_json("chunks", repo_url, "--array", "/grp/temp", "--plot", str(png))

@@ -15,6 +15,7 @@ import pytest
 from icechunk_spark import Repository
 from icechunk_spark.errors import (
     InvalidInputError,
+    NotFoundError,
     StorageCredentialsError,
     StorageNotFoundError,
     StorageUnreachableError,
@@ -64,9 +65,29 @@ def test_the_cli_reads_a_repository_given_storage_options(
 
 
 def test_a_missing_gcs_bucket_is_named(gcs_endpoint: str) -> None:
+    # GCS answers 404 for a missing object and a missing bucket alike; listing tells them
+    # apart (an existing bucket lists nothing under a prefix), as S3 and Azure say outright.
     url = "gs://no-such-bucket/repo"
-    with pytest.raises(StorageNotFoundError, match="bucket 'no-such-bucket' does not exist"):
-        Repository.create(url, storage_options=gcs_options(gcs_endpoint))
+    options = gcs_options(gcs_endpoint)
+    says = "bucket 'no-such-bucket' does not exist"
+    with pytest.raises(StorageNotFoundError, match=says):
+        Repository.create(url, storage_options=options)
+    with pytest.raises(StorageNotFoundError, match=says):
+        Repository.open(url, storage_options=options)
+    with pytest.raises(StorageNotFoundError, match=says):
+        list(open_storage(url, **options).list("t/"))
+    done = _cli("log", url, *_cli_options(options))
+    assert done.returncode == 1
+    assert done.stderr.startswith("icechunk-spark: error: ") and done.stderr.count("\n") == 1
+    assert says in done.stderr
+
+
+def test_an_empty_gcs_prefix_lists_nothing_and_holds_no_repository(gcs_endpoint: str) -> None:
+    url = f"gs://{GCS_BUCKET}/{uuid.uuid4().hex}"
+    options = gcs_options(gcs_endpoint)
+    assert list(open_storage(url, **options).list("t/")) == []
+    with pytest.raises(NotFoundError, match="no repository"):
+        Repository.open(url, storage_options=options)
 
 
 def test_a_missing_azure_container_is_named(azure_endpoint: str) -> None:

@@ -63,6 +63,7 @@ from ..format.structure import Node
 from ..storage import Storage
 from . import overlay
 from .changes import ChangeSet, ChangeSummary
+from .chunk_reads import naming_chunk
 from .chunk_writes import store_chunk, virtual_ref, write_statistics
 from .flush import current_nodes
 from .ref_tables import check_coord, ref_table
@@ -245,7 +246,8 @@ class ForkSession:
     ) -> bytes | None:
         """The chunk's bytes (``[start, end)`` of them with ``byte_range``), or ``None``."""
         ref = self.get_chunk_ref(path, coord)
-        return None if ref is None else self.repository.read_ref(ref, byte_range)
+        with naming_chunk(path, coord):
+            return None if ref is None else self.repository.read_ref(ref, byte_range)
 
     def chunk_refs(self, path: str) -> pa.Table:
         """Every ref of the array this fork sees, sorted by coord."""

@@ -15,6 +15,8 @@ Two things make this truthful under faults:
   hint can later put back an old hint, after GC deleted the state files above ``t/<g>``. GC
   deletes state files only below the hint's generation, oldest first, so when the hint's own
   generation ``t/<g>`` is gone the hint is stale: readers then list ``t/`` instead.
+* **A damaged hint is ignored.** A hint that cannot be decoded (truncated, garbled) is treated
+  as a missing one: readers list ``t/``, whose newest state file decides (and must decode).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 from ..errors import (
     CommitStateUnknownError,
+    FormatError,
     NotFoundError,
     RetriesExhaustedError,
     StorageCredentialsError,
@@ -48,7 +51,7 @@ PUBLISH_ATTEMPTS = 5
 
 def read_latest_state(storage: Storage) -> State:
     """The newest committed state. Raises ``NotFoundError`` when there is no repository."""
-    hinted = _read_hint(storage)
+    hinted = read_hint(storage)
     if hinted is None:
         return _probe_forward(storage, _read_newest_listed(storage))
     latest = _probe_forward(storage, hinted)
@@ -69,16 +72,21 @@ def _probe_forward(storage: Storage, state: State) -> State:
         state = decode_state(data, key)
 
 
-def _read_hint(storage: Storage) -> State | None:
+def read_hint(storage: Storage) -> State | None:
+    """The state the hint holds; ``None`` when it is missing or cannot be decoded."""
     try:
-        data = storage.get(HINT_KEY)
+        return decode_state(storage.get(HINT_KEY), HINT_KEY)
     except NotFoundError:
         return None
-    return decode_state(data, HINT_KEY)
+    except FormatError:
+        # A truncated or garbled hint (an interrupted overwrite, a damaged copy) is no worse
+        # than a missing one: every t/<g> it copies is intact, so readers list them instead.
+        return None
 
 
 def _read_newest_listed(storage: Storage) -> State:
-    # The hint is missing only when a creator died between t/0 and icechunk.json.
+    # The hint is missing only when a creator died between t/0 and icechunk.json, and
+    # unreadable only when damaged: t/ holds every state it could copy.
     keys = sorted(info.key for info in storage.list(STATE_PREFIX))
     keys = [k for k in keys if k[len(STATE_PREFIX) :].isdigit()]
     if not keys:

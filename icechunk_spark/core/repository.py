@@ -17,6 +17,7 @@ from ..splitting import ManifestConfig, default_config, parse_config
 from ..storage import Storage, open_storage
 from . import branches
 from .branches import DEFAULT_BRANCH, check_ref_name, snapshot_as_of, walk
+from .chunk_reads import read_ref
 from .config import RepositoryConfig
 from .containers import Authorization
 from .preload import start_preload
@@ -29,7 +30,6 @@ from .snapshot import (
     SnapshotView,
     ViewCache,
     manifest_infos,
-    read_ref,
 )
 from .virtual_reads import VirtualReader
 

@@ -24,6 +24,7 @@ from ..progress import Progress
 from ..splitting import ManifestConfig
 from . import overlay
 from .changes import ChangeSet, ChangeSummary
+from .chunk_reads import naming_chunk
 from .chunk_writes import store_chunk, virtual_ref, write_statistics
 from .commit import Commit
 from .config import RepositoryConfig
@@ -395,9 +396,8 @@ class Session:
     ) -> bytes | None:
         """The chunk's bytes (``[start, end)`` of them with ``byte_range``), or ``None``."""
         ref = self.get_chunk_ref(path, coord)
-        if ref is None:
-            return None
-        return self._repo.read_ref(ref, byte_range)
+        with naming_chunk(path, coord):
+            return None if ref is None else self._repo.read_ref(ref, byte_range)
 
     def chunk_coords(self, path: str) -> np.ndarray:
         """The coords of every chunk the array holds, as an ``(n, ndim)`` array, sorted."""

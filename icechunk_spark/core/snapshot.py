@@ -7,20 +7,17 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Literal, TypeVar
+from typing import Generic, Literal, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
 from ..errors import NotFoundError
 from ..format.coords import coord_keys
-from ..format.keys import attributes_key, chunk_key, manifest_key, structure_key
+from ..format.keys import attributes_key, manifest_key, structure_key
 from ..format.manifest import ManifestFile, decode_manifest, refs_of_array
 from ..format.structure import ManifestRef, Node, decode_attributes, decode_structure, node_from_row
 from ..storage import Storage
-
-if TYPE_CHECKING:
-    from .virtual_reads import VirtualReader
 
 RefKind = Literal["inline", "native", "virtual"]
 
@@ -364,24 +361,3 @@ class ViewCache:
             if len(self._views) >= self.SIZE:
                 self._views.pop(next(iter(self._views)))
             self._views[view.snapshot_id] = view
-
-
-def read_ref(
-    storage: Storage,
-    virtual: VirtualReader,
-    ref: ChunkRef,
-    byte_range: tuple[int, int | None] | None = None,
-) -> bytes:
-    """The bytes a chunk ref points to (a sub-range of them with ``byte_range``)."""
-    start, end = 0, ref.length
-    if byte_range is not None:
-        start = min(byte_range[0], ref.length)
-        end = ref.length if byte_range[1] is None else min(byte_range[1], ref.length)
-    if ref.kind == "inline":
-        assert ref.inline_data is not None
-        return ref.inline_data[start:end]
-    if ref.kind == "native":
-        assert ref.chunk_id is not None
-        return storage.get_range(chunk_key(ref.chunk_id), ref.offset + start, ref.offset + end)
-    assert ref.virtual_path is not None
-    return virtual.read(ref.virtual_path, ref.offset + start, end - start, ref.checksum)

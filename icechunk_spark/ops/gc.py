@@ -56,12 +56,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ..core.refs import read_latest_state, update_state
+from ..core.refs import read_hint, read_latest_state, update_state
 from ..errors import FormatError, InvalidInputError, NotFoundError
 from ..format.keys import (
     ATTRIBUTES_PREFIX,
     CHUNKS_PREFIX,
-    HINT_KEY,
     MANIFESTS_PREFIX,
     STAGING_PREFIX,
     STATE_PREFIX,
@@ -75,7 +74,7 @@ from ..format.keys import (
     txlog_key,
 )
 from ..format.parquet import read_parquet_bytes
-from ..format.state import GCFence, SnapshotInfo, State, decode_state
+from ..format.state import GCFence, SnapshotInfo, State
 from ..format.structure import StructureRow, decode_structure
 from ..progress import Progress, track
 from ..storage import ObjectInfo, Storage
@@ -224,10 +223,9 @@ def _delete(storage: Storage, keys: Sequence[str], progress: Progress | None) ->
 
 
 def _hint_generation(storage: Storage, latest: State) -> int:
-    try:
-        return decode_state(storage.get(HINT_KEY), HINT_KEY).generation
-    except NotFoundError:
-        return latest.generation  # readers list t/ and start from the newest
+    hinted = read_hint(storage)
+    # Without a readable hint, readers list t/ and start from the newest.
+    return latest.generation if hinted is None else hinted.generation
 
 
 def _mark(

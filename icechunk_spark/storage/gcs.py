@@ -98,14 +98,11 @@ class GCSStorage(Storage):
         # GCS lists by string prefix; gcsfs takes it as a folder plus the start of a name in it.
         folder, _, stem = prefix.rpartition("/")
         base = self._path(folder) if folder else self.prefix
-        try:
-            found = self._call(
-                lambda: self.fs.find(base, detail=True, prefix=stem),
-                f"listing {prefix!r}",
-                missing="",
-            )
-        except NotFoundError:
-            return
+        # Listing an existing bucket answers 200, with no items when nothing has the prefix:
+        # a 404 here says the bucket is missing (reads answer 404 for both).
+        found = self._call(
+            lambda: self.fs.find(base, detail=True, prefix=stem), f"listing {prefix!r}"
+        )
         skip = len(self.prefix) + 1
         for path, info in found.items():
             if info.get("type") == "directory" or not path[skip:].startswith(prefix):
@@ -137,8 +134,8 @@ class GCSStorage(Storage):
     def _call(self, operation: Callable[[], T], describe: str, missing: str | None = None) -> T:
         """Run ``operation`` with retries; failures become our errors.
 
-        With ``missing``, a 404 becomes ``NotFoundError(missing)``; a 404 elsewhere (a write)
-        can only mean the bucket is missing.
+        With ``missing``, a 404 becomes ``NotFoundError(missing)``; a 404 elsewhere (a write,
+        a listing) can only mean the bucket is missing.
         """
         where = Where(self.url, self.endpoint, describe)
         try:

@@ -48,7 +48,8 @@ class Where:
         return without_userinfo(self.endpoint) if self.endpoint else "Google Cloud Storage"
 
     def bucket_missing(self) -> StorageNotFoundError:
-        # Only reads can miss an object; a write answered 404 names a bucket that is not there.
+        # Only reads can miss an object; a write or a listing answered 404 names a bucket
+        # that is not there.
         return StorageNotFoundError(
             f"bucket {self.bucket!r} does not exist at {self.server} ({self.url}): check the "
             "bucket name and the endpoint_url storage option, or create the bucket"

@@ -13,6 +13,13 @@ backends run it, and so should a third-party one (see its docstring and ``docs/o
 
 from __future__ import annotations
 
-from .storage import StorageTests, TransientFaults
+from .storage import StorageTests
+from .transport import FlakyTransport, SimulatedTransport, TransientFaults, TransportFaults
 
-__all__ = ["StorageTests", "TransientFaults"]
+__all__ = [
+    "FlakyTransport",
+    "SimulatedTransport",
+    "StorageTests",
+    "TransientFaults",
+    "TransportFaults",
+]

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from icechunk_spark.storage import Storage, open_storage
-from icechunk_spark.testing import StorageTests
+from icechunk_spark.testing import SimulatedTransport, StorageTests
 
 
-class TestLocalStorage(StorageTests):
+class TestLocalStorage(SimulatedTransport, StorageTests):
+    # No transport of its own: the retry checks go through a simulated one (FlakyTransport).
     @pytest.fixture
     def storage(self, tmp_path: Path) -> Iterator[Storage]:
         # Neighbours outside the root, which no listing may show: a file next to it, and a
