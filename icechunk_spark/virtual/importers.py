@@ -240,7 +240,7 @@ def import_netcdf(
     else:
         fetch = fetcher(containers, storage_options)
         spans = _spans(sets, absolute, concat_dim, fetch, max_workers)
-        order = order_spans(spans, concat_dim)  # by time, not by name (xarray's by_coords)
+        order = order_spans(spans, concat_dim, names=absolute)  # by time, not by name
         combined = concat_reference_sets(
             [sets[k] for k in order],
             concat_dim,

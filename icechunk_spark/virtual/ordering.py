@@ -39,7 +39,9 @@ import numpy as np
 from ..errors import CoordinateOrderError, InvalidInputError
 from .time_units import is_time_units, parse_time_units, rebase_time_values
 
-Number = int | float
+# A coordinate value: a number, or a label (a string); compared only with values of the
+# same coordinate, so of one kind.
+Value = Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +51,8 @@ class Span:
     increase, if they do not."""
 
     file: str
-    first: Number | None
-    last: Number | None
+    first: Value | None
+    last: Value | None
     units: str | None
     calendar: str | None
     disorder: str | None = None
@@ -73,8 +75,13 @@ def span_of(file: str, values: np.ndarray, attrs: Mapping[str, Any]) -> Span:
     flat = np.asarray(values).ravel()
     if flat.size == 0:
         return Span(file, None, None, _text(units), _text(calendar))
-    first, last = flat[0].item(), flat[-1].item()
+    first, last = _scalar(flat[0]), _scalar(flat[-1])
     return Span(file, first, last, _text(units), _text(calendar), _disorder(flat, units, calendar))
+
+
+def _scalar(value: Any) -> Any:
+    """A Python value: numpy scalars unwrapped (an object array's strings are already)."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _text(value: Any) -> str | None:
@@ -87,13 +94,21 @@ def _disorder(values: np.ndarray, units: Any, calendar: Any) -> str | None:
     bad = np.flatnonzero(~(values[1:] > values[:-1]))
     if bad.size == 0:
         return None
-    a, b = (_show(v.item(), _text(units), _text(calendar)) for v in values[bad[0] : bad[0] + 2])
+    pair = values[bad[0] : bad[0] + 2]
+    a, b = (_show(_scalar(v), _text(units), _text(calendar)) for v in pair)
     return f"{a} twice" if a == b else f"{a} followed by {b}"
 
 
-def order_spans(spans: Sequence[Span | None], dim: str, *, after: Span | None = None) -> list[int]:
+def order_spans(
+    spans: Sequence[Span | None],
+    dim: str,
+    *,
+    after: Span | None = None,
+    names: Sequence[str] | None = None,
+) -> list[int]:
     """Indices of ``spans`` (``None``: that file has no coordinate of ``dim``) in the order
-    of their coordinate, checked as the module says; ``after``: the dataset appended to.
+    of their coordinate, checked as the module says; ``after``: the dataset appended to;
+    ``names``: the files', for a message about one without the coordinate.
 
     >>> order_spans([Span("b", 2, 2, None, None), Span("a", 1, 1, None, None)], "x")
     [1, 0]
@@ -108,9 +123,10 @@ def order_spans(spans: Sequence[Span | None], dim: str, *, after: Span | None = 
         return list(range(len(spans)))
     missing = [k for k, s in enumerate(spans) if s is None]
     if missing:
+        name = repr(names[missing[0]]) if names else f"file {missing[0]}"
         raise InvalidInputError(
-            f"file {missing[0]} of {len(spans)} has no coordinate {dim!r} though others have: "
-            f"files can only be ordered along {dim!r} when each has its coordinate"
+            f"{name} has no coordinate {dim!r} though other files have: files can only be "
+            f"ordered along {dim!r} when each has its coordinate"
         )
     present = [s for s in spans if s is not None]
     for span in present:
@@ -137,7 +153,7 @@ _NOT_MONOTONIC = (
 
 
 def _check_disjoint(
-    placed: Sequence[tuple[Span, tuple[Number, Number]]], dim: str, after: Span | None
+    placed: Sequence[tuple[Span, tuple[Value, Value]]], dim: str, after: Span | None
 ) -> None:
     """Each file (in order, with its first and last value in common units) starts after the
     previous one, the first after ``after``."""
@@ -168,7 +184,7 @@ def _start(span: Span) -> str:
     return _show(span.first, span.units, span.calendar)
 
 
-def _key(span: Span, reference: Span) -> tuple[Number, Number] | None:
+def _key(span: Span, reference: Span) -> tuple[Value, Value] | None:
     """``span``'s first and last values in ``reference``'s units, comparable across files."""
     if span.first is None or span.last is None:
         return None
@@ -190,7 +206,7 @@ def _key(span: Span, reference: Span) -> tuple[Number, Number] | None:
     return float(first), float(last)
 
 
-def _show(value: Number | None, units: str | None, calendar: str | None) -> str:
+def _show(value: Value | None, units: str | None, calendar: str | None) -> str:
     """A value for people: the date of a CF time in a Gregorian calendar, with its raw form."""
     raw = f"{value!r} {units}" if units else repr(value)
     if (
