@@ -183,8 +183,8 @@ def test_files_without_values_or_without_the_coordinate() -> None:
     empty = span_of("e", np.array([], "f8"), {"units": DAYS})
     assert order_spans([day_span("b", [5]), empty, day_span("a", [1])], "time") == [1, 2, 0]
     assert order_spans([None, None], "time") == [0, 1]  # nothing to order by: as given
-    with pytest.raises(InvalidInputError, match="no coordinate 'time' though others have"):
-        order_spans([day_span("a", [1]), None], "time")
+    with pytest.raises(InvalidInputError, match="'b' has no coordinate 'time' though other"):
+        order_spans([day_span("a", [1]), None], "time", names=["a", "b"])
 
 
 def test_units_and_calendars_must_be_comparable() -> None:
@@ -205,3 +205,33 @@ def test_the_coordinate_is_the_shallowest_array_named_like_the_dimension() -> No
     dims = {"/g/time": ("time",), "/time": ("time",), "/tas": ("time", "x"), "/x": ("x",)}
     assert coordinate_path(dims, "time") == "/time"
     assert coordinate_path({"/tas": ("time",)}, "time") is None
+
+
+def test_the_spark_driver_orders_file_summaries_by_time(
+    data_dir: Path, two_days: list[Path]
+) -> None:
+    """What the Spark ingest's driver does (without Spark): executors' summaries carry
+    each file's first and last time; placing them orders the files by it."""
+    from icechunk_spark.virtual.file_rows import scan_file
+    from icechunk_spark.virtual.placement import place
+
+    def unused(*args: Any) -> Any:
+        raise AssertionError("a new dataset has nothing held to read")
+
+    paths = [*two_days, write_days(data_dir / "tas_z_backfill.nc", "2024-03-01")]
+    containers: dict[str, dict[str, Any]] = {data_dir.as_uri() + "/": {}}
+    summaries = [scan_file(p.as_uri(), "time", "/", containers)[1] for p in paths]
+    spans = [s.span for s in summaries]
+    assert [(s.first, s.last, s.units) for s in spans if s is not None] == [
+        (0, 0, f"days since {day} 00:00:00") for day in ("2024-03-02", "2024-03-03", "2024-03-01")
+    ]
+    placement = place(summaries, {}, "time", unused, unused)
+    tas = {s.file.rsplit("/", 1)[-1]: s.chunks for s in placement.shifts if s.array == "/tas"}
+    assert tas == {"tas_z_backfill.nc": 0, "tas_a.nc": 1, "tas_b.nc": 2}
+
+
+def test_labels_that_are_strings_order_like_numbers() -> None:
+    """A concat dimension labelled by strings (ensemble members, vlen strings: objects)."""
+    m = [span_of(f, np.array(v, object), {}) for f, v in (("b", ["m3", "m4"]), ("a", ["m1", "m2"]))]
+    assert [s.disorder for s in m] == [None, None] and order_spans(m, "member") == [1, 0]
+    assert span_of("c", np.array(["m2", "m1"], object), {}).disorder == "'m2' followed by 'm1'"
