@@ -14,6 +14,7 @@
     ├── InvalidInputError(ValueError)  the caller passed something we cannot accept
     │   ├── ConfigError          a configuration file or value is invalid (names the YAML path)
     │   ├── VirtualRefRefusedError  a virtual ref outside the containers, or not authorized
+    │   ├── CoordinateOrderError  files' times overlap or do not increase (names the files)
     │   └── ForkError            a fork used or merged against its rules (says which, and why)
     │       └── ForkConflictError  two forks (or a fork and its session) wrote the same chunk
     ├── SourceChangedError       a virtual ref's target changed since the ref was written
@@ -91,6 +92,19 @@ class VirtualRangeError(StorageError):
 
 class VirtualRefRefusedError(InvalidInputError):
     """A virtual ref points outside the allowed containers, or its container is not authorized."""
+
+
+class CoordinateOrderError(InvalidInputError):
+    """Files cannot be put in order along the concat dimension: their coordinate values
+    (times) repeat, overlap, do not increase, or fall before the dataset an ingest appends
+    to. ``files`` names the file or the two files; nothing was imported."""
+
+    def __init__(self, message: str, files: Sequence[str]) -> None:
+        super().__init__(message)
+        self.files = tuple(files)
+
+    def __reduce__(self) -> tuple[type[CoordinateOrderError], tuple[str, tuple[str, ...]]]:
+        return (CoordinateOrderError, (str(self.args[0]), self.files))
 
 
 class ForkError(InvalidInputError):
@@ -348,6 +362,7 @@ __all__ = [
     "ConfigError",
     "Conflict",
     "ConflictError",
+    "CoordinateOrderError",
     "ForkConflictError",
     "ForkError",
     "FormatError",

@@ -3,8 +3,10 @@
 Executors scan only the files the dataset does not hold yet (kerchunk's HDF5 scanner) into
 ref rows with file-local chunk coords plus one small summary per file. The driver sees only
 the summaries: it checks the files agree with each other and the dataset, and places them
-after it along --concat-dim (in name order); executors shift the rows into place and the
-commit coordinator commits them as one snapshot. Which files the dataset holds is read from
+after it along --concat-dim in the order of their times, not their names (a file whose times
+fall before the dataset's end, or repeat another's, is refused: the job only appends);
+executors shift the rows into place and the commit coordinator commits them as one
+snapshot. Which files the dataset holds is read from
 the repository (the files its refs point into, plus those the last ingest recorded), so a
 re-run imports only new files, says how many it skipped, and commits nothing when none is
 new. Files that do not agree (another variable, dtype, packing...) are refused; the

@@ -5,12 +5,14 @@
 1. list the files; the dataset's files are the distinct virtual ``location`` values of its
    ``chunks`` table (a Spark query: executors read the manifests, the driver gets one row
    per file) plus the files no ref points into, listed by the newest ingest commit (see
-   ``virtual.ingest``). Files already held are skipped; new ones must sort after them;
+   ``virtual.ingest``). Files already held are skipped;
 2. executors scan the new files (``virtual.file_rows.scan_file``) into ref rows with
    file-local chunk coords, and one summary per file; the rows are cached on executors,
    only the summaries go to the driver;
 3. the driver checks the files agree with each other and the dataset and places them
-   (``virtual.placement``): per (file, array) a shift along the concat dimension;
+   (``virtual.placement``) in the order of their coordinate (time: first and last values
+   are in the summaries), each after the dataset's last value and the file before it
+   (``virtual.ordering``): per (file, array) a shift along the concat dimension;
 4. a broadcast join applies the shifts on executors (rows without a shift are dropped: the
    copied coordinate, constants of all but the first new file), the driver adds the few
    copied chunks, and :func:`commit_refs` commits everything as one snapshot through the
@@ -33,7 +35,7 @@ import pyarrow as pa
 from ..core.containers import resolve_target
 from ..virtual.file_rows import ROW_SCHEMA, FileSummary, scan_file, values_digest
 from ..virtual.ingest import UNREFERENCED_SOURCES, open_for_pattern, recorded_files
-from ..virtual.placement import Placement, check_order, place
+from ..virtual.placement import Placement, place
 from .distributed import commit_refs
 
 if TYPE_CHECKING:
@@ -88,8 +90,10 @@ def ingest_virtual(
     >>> ingest_virtual(spark, "s3://bucket/tas", "s3://data/tas_*.nc")  # doctest: +SKIP
 
     Raises:
-        InvalidInputError: nothing matches, a file is not NetCDF4/HDF5, a new file sorts
-            before a held one, or the files disagree with each other or the dataset.
+        CoordinateOrderError: a new file's times repeat or overlap another's, do not
+            increase, or do not start after the dataset's last time (appends only).
+        InvalidInputError: nothing matches, a file is not NetCDF4/HDF5, or the files
+            disagree with each other or the dataset.
         VirtualRefRefusedError: a file lies outside the virtual chunk container.
     """
     received: list[Received] = []
@@ -102,7 +106,6 @@ def ingest_virtual(
     skipped = len(canonical) - len(new)
     if not new:
         return IngestResult(repo, repo.lookup_branch(branch), (), skipped, tuple(received))
-    check_order(new, sorted(held))
 
     options = dict(file_options or {})
 
@@ -124,6 +127,7 @@ def ingest_virtual(
         summary_rows = _to_driver(
             scanned.filter("kind = 'summary'").select("summary"), "file summaries", received
         )
+        # Sorted by name only to be deterministic: place() puts them in time order.
         summaries = sorted((pickle.loads(r["summary"]) for r in summary_rows), key=lambda s: s.url)
         session = repo.readonly_session(branch=branch)
         placement = _place(session, summaries, group, concat_dim)

@@ -16,7 +16,8 @@ Front doors:
   file) or Parquet (a ``refs_to_dataframe`` directory). See ``references`` for the formats
   and ``metadata`` for how v2 metadata becomes v3 ``zarr.json``.
 - ``import_netcdf(session, urls, concat_dim="time", group="/")``: scan files with kerchunk's
-  ``SingleHdf5ToZarr`` and concatenate them along ``concat_dim`` (see ``combine``).
+  ``SingleHdf5ToZarr`` and concatenate them along ``concat_dim`` in the order of its
+  coordinate (time), refusing overlapping times (see ``ordering``, ``combine``).
 - Both return an ``ImportSummary`` and leave the commit to the caller: a whole import is
   one commit.
 - ``prepare_ingest`` + ``ingest_files``: the daily update, appending only files not

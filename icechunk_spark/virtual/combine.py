@@ -26,9 +26,10 @@ refused with a message naming the files and the variable:
   except CF time units, which are converted (below).
 
 Attributes (of arrays and groups) come from the first file holding them. Files are
-concatenated in the order given. CF time values whose units differ between files ("days
-since" each file's own date) are materialized in the first file's units (see
-``time_units``): virtual refs could only repeat each file's raw numbers. Variables named by
+concatenated in the order given (``import_netcdf`` gives their time order: ``ordering``).
+CF time values whose units differ between files ("days since" each file's own date) are
+materialized in the first file's units (see ``time_units``): virtual refs could only
+repeat each file's raw numbers. Variables named by
 a time variable's CF ``bounds`` or ``climatology`` attribute carry no units of their own and
 are converted with their time variable's units and calendar.
 """

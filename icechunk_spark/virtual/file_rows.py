@@ -11,9 +11,11 @@ file's ``checksum``; a chunk the scanner copied (kerchunk inlines chunks under
 ``inline_data`` instead. An unwritten chunk has no row: it reads as the fill value, as in
 HDF5. The summary holds per array its ``zarr.json``, its axis along the concat dimension,
 its units/calendar (inherited through CF ``bounds``, as ``combine`` does), and either its
-values (arrays along the dimension small enough to copy: the dimension's coordinate, whose
-per-file values are concatenated, converted to one set of time units) or a digest of its
-values (arrays without the dimension, which must be the same in every file).
+values (arrays along the dimension small enough to copy, and always the dimension's
+coordinate, whose per-file values are concatenated, converted to one set of time units) or
+a digest of its values (arrays without the dimension, which must be the same in every
+file); and the file's ``span``: the first and last values of the coordinate, by which the
+driver orders the files (``ordering``), never by their names.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ..errors import InvalidInputError
 from ..format.paths import normalize_path
 from .combine import inherited_attrs, read_values
 from .importers import fetcher, scan_netcdf
+from .ordering import Span, coordinate_path, span_of
 from .references import ArrayRefs, ReferenceSet, parse_json_refs
 from .writer import absolute_url, resolve_all
 
@@ -83,6 +86,7 @@ class FileSummary:
     groups: Mapping[str, Mapping[str, Any]]  # group path -> attributes
     arrays: Mapping[str, ArraySummary]
     virtual_refs: int  # rows of all arrays pointing into the file
+    span: Span | None  # first/last value of the dimension's coordinate (None: it has none)
 
 
 def values_digest(values: np.ndarray) -> str:
@@ -145,7 +149,17 @@ def file_rows(
         for rel, doc in refset.groups.items()
     }
     rows = pa.concat_tables(tables) if tables else ROW_SCHEMA.empty_table()
-    return rows, FileSummary(url, length, groups, arrays, virtual)
+    return rows, FileSummary(url, length, groups, arrays, virtual, _span(url, refset, dim, values))
+
+
+def _span(
+    url: str, refset: ReferenceSet, dim: str, values: Mapping[str, np.ndarray]
+) -> Span | None:
+    """Where the file lies along ``dim``, for the driver to order files by (``ordering``)."""
+    path = coordinate_path({p: a.dimension_names for p, a in refset.arrays.items()}, dim)
+    if path is None or path not in values:
+        return None
+    return span_of(url, values[path], refset.arrays[path].doc.get("attributes") or {})
 
 
 def _array_rows(
@@ -219,10 +233,13 @@ def scan_file(
     info = fs.info(fs_path)
     fetch = fetcher(containers, storage_options)
     values: dict[str, np.ndarray] = {}
+    # The coordinate is read whatever its size: its first and last values order the files.
+    coordinate = coordinate_path({p: a.dimension_names for p, a in refset.arrays.items()}, dim)
     for rel, array in refset.arrays.items():
         dims = array.dimension_names or ()
         itemsize = np.dtype(_numpy_dtype(array)).itemsize
-        if dim not in dims or int(np.prod(array.shape)) * itemsize <= CARRY_MAX_BYTES:
+        small = int(np.prod(array.shape)) * itemsize <= CARRY_MAX_BYTES
+        if dim not in dims or small or rel == coordinate:
             values[rel] = read_values(array, fetch)
     return file_rows(
         canonical,

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 from ..core.containers import resolve_target
 from ..errors import IcechunkSparkError, InvalidInputError, NotFoundError
 from ..progress import Progress, track
-from .combine import DEFAULT_MATERIALIZE_MAX_BYTES, Fetch, concat_reference_sets
+from .combine import DEFAULT_MATERIALIZE_MAX_BYTES, Fetch, concat_reference_sets, read_values
 from .metadata import UNMASKED_FILL
+from .ordering import Span, coordinate_path, order_spans, span_of
 from .references import ReferenceSet, parse_json_refs, parse_parquet_refs
 from .writer import ImportSummary, absolute_url, container_options, resolve_all, write_reference_set
 
@@ -191,9 +192,11 @@ def import_netcdf(
 ) -> ImportSummary:
     """Scan NetCDF4/HDF5 files and import them as one virtual dataset under ``group``.
 
-    Several files are concatenated along ``concat_dim`` in the order given (see
-    ``combine``): data stays in the files (virtual refs), the coordinate of ``concat_dim`` is
-    copied (concatenated values). Everything lands in the session: commit once.
+    Several files are concatenated along ``concat_dim`` in the order of its coordinate's
+    values, whatever their names (see ``ordering``; files whose times overlap are refused),
+    then combined (see ``combine``): data stays in the files (virtual refs), the coordinate
+    of ``concat_dim`` is copied (concatenated values). Everything lands in the session:
+    commit once.
 
     >>> import_netcdf(session, [f"file:///data/tas_2022{m:02d}.nc" for m in range(1, 13)],
     ...               concat_dim="time")                              # doctest: +SKIP
@@ -206,6 +209,7 @@ def import_netcdf(
     Raises:
         VirtualRefRefusedError: a file lies outside the virtual chunk containers (checked
             before any file is opened).
+        CoordinateOrderError: the files' ``concat_dim`` values overlap or do not increase.
         InvalidInputError: the files cannot be concatenated along ``concat_dim``.
     """
     files = [urls] if isinstance(urls, str) else list(urls)
@@ -234,12 +238,15 @@ def import_netcdf(
             raise InvalidInputError("several files need a concat_dim to combine them along")
         combined = sets[0]
     else:
+        fetch = fetcher(containers, storage_options)
+        spans = _spans(sets, absolute, concat_dim, fetch, max_workers)
+        order = order_spans(spans, concat_dim, names=absolute)  # by time, not by name
         combined = concat_reference_sets(
-            sets,
+            [sets[k] for k in order],
             concat_dim,
-            fetcher(containers, storage_options),
+            fetch,
             materialize_max_bytes=materialize_max_bytes,
-            names=absolute,
+            names=[absolute[k] for k in order],
         )
     return write_reference_set(
         session,
@@ -249,6 +256,22 @@ def import_netcdf(
         checksums=checksums,
         overwrite=overwrite,
     )
+
+
+def _spans(
+    sets: Sequence[ReferenceSet], names: Sequence[str], dim: str, fetch: Fetch, workers: int
+) -> list[Span | None]:
+    """Each file's stretch of ``dim``'s coordinate (``None``: the file has none)."""
+
+    def span(refset: ReferenceSet, name: str) -> Span | None:
+        path = coordinate_path({p: a.dimension_names for p, a in refset.arrays.items()}, dim)
+        if path is None:
+            return None
+        array = refset.arrays[path]
+        return span_of(name, read_values(array, fetch), array.doc.get("attributes") or {})
+
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(sets)))) as pool:
+        return list(pool.map(span, sets, names))
 
 
 def fetcher(

@@ -4,7 +4,9 @@ The driver of a distributed ingest knows each new file's summary (``file_rows``)
 refs, and what the dataset holds already (its arrays' metadata). From those it checks that
 the files agree with each other and with the dataset, and computes per (file, array) the
 shift of the file's chunk coords along the dimension; executors apply the shifts. Files
-follow the dataset in the order given (sorted by name).
+follow the dataset in the order of their coordinate (time), whatever their names: each must
+start after the dataset's last value and after the file before it ends (``ordering``; a
+file falling before or inside the dataset, or repeating times, is refused).
 
 Rules (stricter than ``combine``, which sees every file at once and may rewrite arrays):
 
@@ -37,6 +39,7 @@ from ..chunks.codec import chunk_codec
 from ..errors import InvalidInputError
 from .combine import PACKING
 from .file_rows import ArraySummary, FileSummary
+from .ordering import Span, coordinate_path, order_spans, span_of
 from .time_units import is_time_units, rebase_time_values
 
 # (array path, start, stop) along its concat axis -> the values the dataset holds there
@@ -90,24 +93,6 @@ class Placement:
         return set(by_url) - pointed
 
 
-def check_order(new: Sequence[str], held: Sequence[str]) -> None:
-    """New files are appended: each must sort after every file the dataset holds.
-
-    Raises:
-        InvalidInputError: a new file sorts before a held one, naming both.
-    """
-    if not held or not new:
-        return
-    last = max(held)
-    early = sorted(f for f in new if f < last)
-    if early:
-        raise InvalidInputError(
-            f"{early[0]!r} sorts before {last!r}, which the dataset already holds; files are "
-            "appended in name order, so it cannot go in between (rebuild the dataset with "
-            "'icechunk-spark import' into a new repository, or rename the file)"
-        )
-
-
 def place(
     files: Sequence[FileSummary],
     held: Mapping[str, Mapping[str, Any]],
@@ -115,16 +100,19 @@ def place(
     read_held: ReadHeld,
     held_digest: HeldDigest,
 ) -> Placement:
-    """Check ``files`` (sorted) against each other and the dataset's arrays ``held``
-    (path -> ``zarr.json`` dict), and place them after it along ``dim``.
+    """Check ``files`` against each other and the dataset's arrays ``held`` (path ->
+    ``zarr.json`` dict), and place them after it along ``dim``, in their coordinate's order.
 
     Raises:
+        CoordinateOrderError: the files' coordinate values repeat or overlap each other's,
+            do not increase, or do not start after the dataset's last value.
         InvalidInputError: the files or the dataset disagree (naming the array and files).
     """
     if not files:
         raise InvalidInputError("nothing to place: no files")
-    first = files[0]
     _check_same_arrays(files, held)
+    files = _in_coordinate_order(files, held, dim, read_held)
+    first = files[0]
     held_length = _held_length(held, dim)
     starts = np.cumsum([held_length] + [f.length for f in files[:-1]]).tolist()
     total = held_length + sum(f.length for f in files)
@@ -186,6 +174,22 @@ def _check_same_arrays(files: Sequence[FileSummary], held: Mapping[str, Any]) ->
         raise InvalidInputError(
             f"{odd!r} is only in {side}: new files must have the variables the dataset has"
         )
+
+
+def _in_coordinate_order(
+    files: Sequence[FileSummary],
+    held: Mapping[str, Mapping[str, Any]],
+    dim: str,
+    read_held: ReadHeld,
+) -> list[FileSummary]:
+    """The files in the order of their coordinate, each after the dataset's last value."""
+    end: Span | None = None
+    path = coordinate_path({p: d.get("dimension_names") for p, d in held.items()}, dim)
+    if path is not None and int(held[path]["shape"][0]) > 0:
+        length = int(held[path]["shape"][0])
+        attrs = held[path].get("attributes") or {}
+        end = span_of(f"the dataset's {path}", read_held(path, length - 1, length), attrs)
+    return [files[k] for k in order_spans([f.span for f in files], dim, after=end)]
 
 
 def _held_length(held: Mapping[str, Mapping[str, Any]], dim: str) -> int:
@@ -336,4 +340,4 @@ def _copied_chunks(
     return out
 
 
-__all__ = ["CopiedChunk", "Placement", "Shift", "check_order", "place"]
+__all__ = ["CopiedChunk", "Placement", "Shift", "place"]

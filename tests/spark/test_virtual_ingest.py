@@ -7,6 +7,7 @@ files. A re-run imports only new files, and the driver never receives a ref row.
 
 from __future__ import annotations
 
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from icechunk_spark import InvalidInputError, Repository
+from icechunk_spark import CoordinateOrderError, InvalidInputError, Repository
 from icechunk_spark.spark.virtual_ingest import IngestResult, ingest_virtual
 
 pytestmark = [
@@ -24,19 +25,19 @@ pytestmark = [
 ]
 
 
-def write_day_pair(folder: Path, k: int) -> Path:
-    """File ``k``: two days, time in days since the file's own first day (rebased on
-    ingest); ``tas`` in whole chunks of 2 days (stays virtual); ``rh`` in chunks of 3
-    days (never whole per file: copied); a chunk of ``tas`` never written (fill)."""
-    path = folder / f"day{k:03d}.nc"
-    rng = np.random.default_rng(k)
+def write_day_pair(folder: Path, k: int, name: str | None = None) -> Path:
+    """File ``k``: two days from 2001-01-01 + 2k days, time in days since the file's own
+    first day (rebased on ingest); ``tas`` in whole chunks of 2 days (stays virtual); ``rh``
+    in chunks of 3 days (never whole per file: copied); a chunk of ``tas`` never written."""
+    path = folder / (name or f"day{k:03d}.nc")
+    rng = np.random.default_rng(abs(k))
     with netCDF4.Dataset(path, "w") as ds:
         ds.title = "pairs of days"
         ds.createDimension("time", None)
         ds.createDimension("lat", 16)
         ds.createDimension("lon", 24)
         time = ds.createVariable("time", "f8", ("time",))
-        time.units = f"days since 2001-01-{2 * k + 1:02d}"
+        time.units = f"days since {date(2001, 1, 1) + timedelta(days=2 * k)}"
         time.calendar = "standard"
         time[:] = [0, 1]
         ds.createVariable("lat", "f4", ("lat",))[:] = np.arange(16) * 10.0
@@ -133,3 +134,36 @@ def test_files_that_disagree_are_refused_before_anything_is_committed(
     with pytest.raises(InvalidInputError, match=r"'/tas': data_type is 'float64' in .*day001"):
         run(spark, url, folder)
     assert Repository.open(url).lookup_branch("main") == first.snapshot
+
+
+def test_files_are_placed_in_time_order_and_a_rerun_only_appends(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Issue 26: the order is the files' times, not their names; a re-run appends after the
+    dataset's last time and refuses a file that falls before it (docs/spark.md)."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    url = (tmp_path / "repo").as_uri()
+    # b.nc holds 01-01..01-02, a.nc 01-03..01-04: name order is not time order.
+    paths = [write_day_pair(folder, 1, "a.nc"), write_day_pair(folder, 0, "b.nc")]
+    first = run(spark, url, folder)
+    assert len(first.imported) == 2
+    ours = read(url, folder)
+    xr.testing.assert_identical(ours, files_as_xarray(paths))
+    assert str(ours.time.values[0])[:10] == "2001-01-01"
+
+    # A later day named before every held file is appended (it used to be refused by name).
+    paths.append(write_day_pair(folder, 2, "0_named_first.nc"))
+    second = run(spark, url, folder)
+    assert second.imported == (paths[-1].as_uri(),)
+    xr.testing.assert_identical(read(url, folder), files_as_xarray(paths))
+
+    # A back-filled earlier day cannot be appended: refused, naming it and the dataset's end.
+    write_day_pair(folder, -1, "z_backfill.nc")  # 2000-12-30..31
+    with pytest.raises(
+        CoordinateOrderError,
+        match=r"z_backfill\.nc' starts at 2000-12-30.*dataset holds \(2001-01-06",
+    ) as refused:
+        run(spark, url, folder)
+    assert refused.value.files == ((folder / "z_backfill.nc").as_uri(),)
+    assert Repository.open(url).lookup_branch("main") == second.snapshot

@@ -109,3 +109,19 @@ def write_awkward_files(directory: Path, count: int = 3) -> list[Path]:
                 ds.createVariable("late", "f4", ("time",), fill_value=-9.0)[:] = [k, k]
         paths.append(path)
     return paths
+
+
+def write_days(path: Path, first: str, days: int = 1) -> Path:
+    """A file of ``days`` daily fields from ``first``, as xarray writes it: time in ``days
+    since`` the file's own first day (so files differ in units), ``tas`` in whole chunks."""
+    import xarray as xr
+
+    times = pd.date_range(first, periods=days, freq="D")
+    base = (times - pd.Timestamp("2000-01-01")).days.to_numpy()
+    values = (base[:, None, None] + np.arange(24).reshape(1, 4, 6) / 100).astype("f4")
+    ds = xr.Dataset(
+        {"tas": (("time", "lat", "lon"), values, {"units": "K"})},
+        coords={"time": times, "lat": np.arange(4.0), "lon": np.arange(6.0)},
+    )
+    ds.to_netcdf(path, engine="netcdf4", encoding={"tas": {"chunksizes": (1, 2, 3)}})
+    return path
