@@ -265,12 +265,16 @@ def run(args: argparse.Namespace) -> None:
     # Both sides generate their refs inside the timer (Spark in its tasks, Icechunk in numpy),
     # after the same 10,000-ref warm-up write in the same process.
     version, icechunk = ("-", "skipped") if args.skip_icechunk else run_icechunk(refs, arrays)
+    memory_note = ""
     name = f"write: Icechunk {version} set_virtual_refs_arr + commit"
     if isinstance(icechunk, dict):
         seconds = icechunk["write_s"]
         rows.append([name, refs, seconds, refs / seconds])
         built = icechunk["build_s"]
         rows.append(["  of which making the refs in numpy", refs, built, "-"])
+        memory_note = (
+            f"Icechunk's process (it has no children): peak RSS {icechunk['peak_rss_mb']:,.0f} MB"
+        )
     else:
         rows.append([name, refs, icechunk, "-"])
     rows = [[*r, "", ""] for r in rows]
@@ -302,6 +306,8 @@ def run(args: argparse.Namespace) -> None:
         ["process", *memory],
         memory_rows(memory),
     )
+    if memory_note:
+        print(memory_note)
 
 
 if __name__ == "__main__":

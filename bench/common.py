@@ -95,8 +95,8 @@ class TreeMemory:
 
     Spark runs Python workers and planner/commit workers as children of the JVM, which is a
     child of this driver: counting only this process misses where the memory goes. A kind
-    is this driver, the JVM, or the Python module a worker runs (``pyspark.daemon`` for
-    executor workers, ``pyspark.sql.worker.<name>`` for data source planning and commit).
+    is this driver, the JVM, or the Python module a worker runs (``pyspark.worker`` for
+    executor tasks, ``pyspark.sql.worker.<name>`` for data source planning and commit).
     """
 
     def __init__(self, interval: float = 0.1) -> None:
@@ -163,7 +163,13 @@ class TreeMemory:
         if "java" in name:
             return "JVM (driver + executors)"
         if "-m" in cmdline:
-            return f"Python {cmdline[cmdline.index('-m') + 1]}"
+            # Spark 4 starts every Python worker as `-m pyspark.daemon <worker module>`
+            # (pyspark.worker for tasks, pyspark.sql.worker.<name> for data source planning
+            # and commit), and forked workers keep their daemon's command line.
+            module = cmdline[cmdline.index("-m") + 1 :]
+            if module[0] == "pyspark.daemon" and len(module) > 1:
+                return f"Python {module[1]}"
+            return f"Python {module[0]}"
         return str(name)
 
 

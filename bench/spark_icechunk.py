@@ -4,13 +4,15 @@
 
 Icechunk needs Python >= 3.12, so this runs in its own venv (``make bench`` builds
 bench/.venv312) and prints one JSON object: the write's seconds, the part of them spent making
-the refs, and Icechunk's version.
+the refs, the process's peak RSS (MB of 10^6 bytes; Icechunk starts no child process) and
+Icechunk's version.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import sys
 import tempfile
@@ -28,7 +30,9 @@ def icechunk_side(refs: int, arrays: int) -> dict[str, Any]:
     import icechunk as ic
 
     icechunk_write(10_000, arrays)
-    return {**icechunk_write(refs, arrays), "version": ic.__version__}
+    result = icechunk_write(refs, arrays)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # KiB -> MB
+    return {**result, "peak_rss_mb": peak_mb, "version": ic.__version__}
 
 
 def icechunk_write(refs: int, arrays: int) -> dict[str, float]:
