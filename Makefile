@@ -5,8 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 # Icechunk (the reference system) needs Python >= 3.12: benchmarks compare against it in a venv
-# of its own when such an interpreter exists (pyenv's, or python3.12 on PATH).
-PY312 ?= $(shell command -v python3.12 2>/dev/null || ls -d $$(pyenv root 2>/dev/null)/versions/3.12*/bin/python 2>/dev/null | tail -n 1)
+# of its own when such an interpreter exists (python3.12 on PATH, or pyenv's). The first one
+# that runs: pyenv's python3.12 shim is on PATH even when 3.12 is not the selected version, and
+# then only says "command not found".
+PY312 ?= $(shell for p in $$(command -v python3.12) $$(ls -d $$(pyenv root 2>/dev/null)/versions/3.12*/bin/python 2>/dev/null | sort -r); do $$p -c '' 2>/dev/null && echo $$p && break; done)
 ICECHUNK_VENV := bench/.venv312
 # Pinned so side-by-side figures compare against a known release (the benchmarks print it).
 ICECHUNK_VERSION := 2.3.0

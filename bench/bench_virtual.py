@@ -4,9 +4,13 @@
 
 1. Import N virtual refs through the bulk path (``Session.set_chunk_refs``) and commit, on
    local disk, in a fresh subprocess: seconds to set the refs and to commit, manifest bytes
-   per ref, peak RSS, and a cold lookup of one ref (a new Repository). Refs point into 100
-   files (10,000 chunks each, random lengths of 20-40 kB), with a checksum per file (and once
-   without). ``--icechunk`` runs the same refs through Icechunk (``bench/.venv312``) too.
+   per ref, peak RSS (MB = 10^6 bytes), and a cold lookup of one ref (a new Repository). Refs
+   point into 100 files (10,000 chunks each, random lengths of 20-40 kB), with a checksum per
+   file (and once without). ``--icechunk`` runs the same refs through Icechunk
+   (``bench/.venv312``) too. Both sides get the URLs as a Python list of str and offsets and
+   lengths as numpy arrays, made before the timer; turning them into each library's own
+   form is inside it. Ours also takes a numpy array of coords (made before the timer), where
+   Icechunk takes the grid's shape.
 2. Read M adjacent virtual chunks (4 KiB each) of one local file and count the requests
    fsspec serves (``cat_file`` calls): ``VirtualReader.read_many``; 16 threads of single
    reads (the 2 ms batching window); zarr through ``session.store``; N concurrent
@@ -56,21 +60,21 @@ def virtual_refs(refs: int, seed: int = 0) -> tuple[np.ndarray, list[str], np.nd
 
 
 def import_refs(refs: int, checksums: bool) -> dict[str, float]:
-    """Runs in its own process (clean peak RSS): build refs, time set_chunk_refs + commit."""
-    import pyarrow as pa
+    """Runs in its own process (clean peak RSS): build refs, time set_chunk_refs + commit.
 
+    The URLs go in as the Python list of str they are built as, as Icechunk's side gets them:
+    each side's conversion of them is inside its timer."""
     root = Path(tempfile.mkdtemp(prefix="bench-virtual-"))
     repo = Repository.create(root.as_uri(), config={"virtual_chunk_containers": {CONTAINER: {}}})
     coords, urls, offsets, lengths = virtual_refs(refs)
     table: dict[str, Any] = {
         "coord": coords,
-        "virtual_path": pa.array(urls, pa.string()),
+        "virtual_path": urls,
         "offset": offsets,
         "length": lengths,
     }
     if checksums:  # one checksum per file, as the importers record them
-        table["checksum"] = pa.array([f"mtime:1700000000.0:{hash(u) % 10**9}" for u in urls])
-    del urls
+        table["checksum"] = [f"mtime:1700000000.0:{hash(u) % 10**9}" for u in urls]
     steps = refs // CELLS
     session = repo.writable_session()
     session.create_group("/")
@@ -126,7 +130,7 @@ commit_s = time.perf_counter() - t0
 size = sum(p.stat().st_size for p in Path(path, "manifests").rglob("*") if p.is_file())
 import resource
 print(json.dumps({"set_refs_s": set_s, "commit_s": commit_s, "bytes_per_ref": size / refs,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6}))
 """
 
 

@@ -8,6 +8,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -39,9 +40,14 @@ def local_spark(app: str, shuffle_partitions: int, driver_memory: str | None = N
     return spark
 
 
+# Every memory figure of the benchmarks is in decimal megabytes (MB = 10^6 bytes), as the docs
+# quote them (1 GB = 1,000 MB).
+MB = 1_000_000
+
+
 def peak_rss_mb() -> float:
-    """Peak resident set size of this process so far, in MB (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Peak resident set size of this process so far, in MB (Linux's ``ru_maxrss`` is KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MB
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -70,22 +76,38 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+@dataclass(frozen=True, slots=True)
+class TreePeaks:
+    """What ``TreeMemory`` saw, in MB. Sums are taken over one sample's processes, so they are
+    what was resident at one instant; their peak is the largest such sum."""
+
+    largest: dict[str, float]  # kind -> the largest RSS one process of that kind reached
+    kind_total: dict[str, float]  # kind -> the peak of the RSS summed over that kind
+    tree_rss: float  # the peak of the RSS summed over the whole tree
+    # The peak of the PSS summed over the tree: a page shared by n processes counts 1/n in
+    # each (forked Python workers share their parent's pages), so this is what the tree holds;
+    # the RSS sum counts such pages once per process.
+    tree_pss: float
+
+
 class TreeMemory:
-    """Peak RSS of every process in this process's tree, by kind, sampled in a thread.
+    """The memory of every process in this process's tree, by kind, sampled in a thread.
 
     Spark runs Python workers and planner/commit workers as children of the JVM, which is a
     child of this driver: counting only this process misses where the memory goes. A kind
-    is this driver, the JVM, or the Python module a worker runs (``pyspark.daemon`` for
-    executor workers, ``pyspark.sql.worker.<name>`` for data source planning and commit).
+    is this driver, the JVM, or the Python module a worker runs (``pyspark.worker`` for
+    executor tasks, ``pyspark.sql.worker.<name>`` for data source planning and commit).
     """
 
     def __init__(self, interval: float = 0.1) -> None:
-        import os
         import threading
 
         self._interval = interval
         self._pid = os.getpid()
-        self._peaks: dict[str, float] = {}
+        self._largest: dict[str, float] = {}
+        self._kind_total: dict[str, float] = {}
+        self._tree_rss = 0.0
+        self._tree_pss = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -98,22 +120,40 @@ class TreeMemory:
         self._thread.join()
 
     @property
-    def peaks_mb(self) -> dict[str, float]:
-        """Kind -> the largest RSS one process of that kind reached, in MB."""
-        return dict(sorted(self._peaks.items()))
+    def peaks(self) -> TreePeaks:
+        return TreePeaks(
+            dict(sorted(self._largest.items())),
+            dict(sorted(self._kind_total.items())),
+            self._tree_rss,
+            self._tree_pss,
+        )
 
     def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._sample()
+        self._sample()  # once more at the end: a run shorter than the interval still counts
+
+    def _sample(self) -> None:
         import psutil
 
         me = psutil.Process(self._pid)
-        while not self._stop.wait(self._interval):
-            for proc in [me, *me.children(recursive=True)]:
-                try:
-                    kind = self._kind(proc)
-                    rss = proc.memory_info().rss / 2**20
-                except psutil.Error:
-                    continue  # exited between listing and reading
-                self._peaks[kind] = max(self._peaks.get(kind, 0.0), rss)
+        totals: dict[str, float] = {}
+        tree_rss = tree_pss = 0.0
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                kind = self._kind(proc)
+                memory = proc.memory_full_info()  # rss, and pss from smaps_rollup
+            except psutil.Error:
+                continue  # exited between listing and reading
+            rss = memory.rss / MB
+            self._largest[kind] = max(self._largest.get(kind, 0.0), rss)
+            totals[kind] = totals.get(kind, 0.0) + rss
+            tree_rss += rss
+            tree_pss += memory.pss / MB
+        for kind, total in totals.items():
+            self._kind_total[kind] = max(self._kind_total.get(kind, 0.0), total)
+        self._tree_rss = max(self._tree_rss, tree_rss)
+        self._tree_pss = max(self._tree_pss, tree_pss)
 
     def _kind(self, proc: Any) -> str:
         if proc.pid == self._pid:
@@ -123,5 +163,30 @@ class TreeMemory:
         if "java" in name:
             return "JVM (driver + executors)"
         if "-m" in cmdline:
-            return f"Python {cmdline[cmdline.index('-m') + 1]}"
-        return name
+            # Spark 4 starts every Python worker as `-m pyspark.daemon <worker module>`
+            # (pyspark.worker for tasks, pyspark.sql.worker.<name> for data source planning
+            # and commit), and forked workers keep their daemon's command line.
+            module = cmdline[cmdline.index("-m") + 1 :]
+            if module[0] == "pyspark.daemon" and len(module) > 1:
+                return f"Python {module[1]}"
+            return f"Python {module[0]}"
+        return str(name)
+
+
+def memory_rows(memory: dict[str, TreePeaks]) -> list[list[str]]:
+    """Rows for ``print_table``: one column per run, MB. Each kind's largest process and, where
+    it ran more than one, all of them at once; then the whole tree's RSS and PSS sums."""
+    runs = list(memory.values())
+    kinds = sorted({k for peaks in runs for k in peaks.largest})
+    rows: list[list[str]] = []
+    for kind in kinds:
+        rows.append([f"{kind}, largest process", *(_mb(p.largest.get(kind, 0)) for p in runs)])
+        if any(p.kind_total.get(kind, 0) > p.largest.get(kind, 0) for p in runs):
+            rows.append([f"{kind}, all at once", *(_mb(p.kind_total.get(kind, 0)) for p in runs)])
+    rows.append(["whole tree, RSS summed", *(_mb(p.tree_rss) for p in runs)])
+    rows.append(["whole tree, PSS summed", *(_mb(p.tree_pss) for p in runs)])
+    return rows
+
+
+def _mb(value: float) -> str:
+    return f"{value:,.0f}"
