@@ -9,13 +9,13 @@ neither cannot hold a value: ``resolve_key`` raises ``InvalidInputError`` and
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
 from .errors import InvalidInputError
-from .format.paths import normalize_path
+from .format.paths import normalize_path, path_problem
 from .format.structure import ArrayMeta, Node
 
 if TYPE_CHECKING:
@@ -38,10 +38,17 @@ class MetadataKey:
 
 @dataclass(frozen=True, slots=True)
 class ChunkKey:
-    """A key naming chunk ``coord`` of the array at ``path``."""
+    """A key naming chunk ``coord`` of the array at ``path``; ``node`` is the array as the
+    key was resolved, so a read need not look it up again."""
 
     path: str
     coord: tuple[int, ...]
+    node: Node | None = field(default=None, compare=False, repr=False)
+
+    def inside_grid(self) -> bool:
+        """Whether the coord is inside the array's chunk grid (as resolved)."""
+        meta = self.node.meta if self.node is not None else None
+        return meta is None or all(c < n for c, n in zip(self.coord, meta.grid_shape, strict=True))
 
 
 def node_dir(path: str) -> str:
@@ -82,15 +89,40 @@ def decode_chunk_key(meta: ArrayMeta, relative: str) -> tuple[int, ...] | None:
     return coord if encode_chunk_key(meta, coord) == relative else None
 
 
+@dataclass(frozen=True, slots=True)
+class NotAKey:
+    """Why a key cannot hold a value (reads answer ``None``, writes raise the reason)."""
+
+    reason: str
+
+
 def resolve_key(session: AnySession, key: str) -> MetadataKey | ChunkKey:
     """What ``key`` names. Raises ``InvalidInputError`` when it cannot hold a value."""
+    target = classify_key(session, key)
+    if isinstance(target, NotAKey):
+        raise InvalidInputError(target.reason)
+    return target
+
+
+def resolve_key_or_none(session: AnySession, key: str) -> MetadataKey | ChunkKey | None:
+    """What ``key`` names, or ``None`` when such a key holds nothing (no exception raised:
+    zarr probes keys that do not exist all the time)."""
+    target = classify_key(session, key)
+    return None if isinstance(target, NotAKey) else target
+
+
+def classify_key(session: AnySession, key: str) -> MetadataKey | ChunkKey | NotAKey:
+    """What ``key`` names, or why it names nothing."""
     segments = key.split("/")
     if not key or "" in segments:
-        raise InvalidInputError(f"invalid key {key!r}: keys are '/'-separated names, never empty")
+        return NotAKey(f"invalid key {key!r}: keys are '/'-separated names, never empty")
+    problem = path_problem(key)  # so normalize_path below never raises
+    if problem is not None:
+        return NotAKey(problem)
     if segments[-1] == METADATA_KEY:
         return MetadataKey(normalize_path("/".join(segments[:-1])))
     if segments[-1] in _V2_METADATA:
-        raise InvalidInputError(
+        return NotAKey(
             f"key {key!r} is Zarr v2 metadata: repositories hold only Zarr v3 "
             "(write with zarr_format=3, the default, e.g. ds.to_zarr(store, zarr_format=3))"
         )
@@ -101,30 +133,23 @@ def resolve_key(session: AnySession, key: str) -> MetadataKey | ChunkKey:
         if node is None:
             continue
         if node.meta is None:
-            raise InvalidInputError(
+            return NotAKey(
                 f"key {key!r} is not a Zarr key: {path!r} is a group, which holds only zarr.json"
             )
         meta = node.meta
         coord = decode_chunk_key(meta, "/".join(segments[depth:]))
         if coord is None:
             first = node_dir(path) + encode_chunk_key(meta, [0] * meta.ndim)
-            raise InvalidInputError(
+            return NotAKey(
                 f"key {key!r} is not a chunk key of array {path!r}: it has {meta.ndim} dimensions "
                 f"and chunk key encoding {meta.key_encoding!r} with separator {meta.separator!r}, "
                 f"so its first chunk is {first!r}"
             )
-        return ChunkKey(path, coord)
-    raise InvalidInputError(
+        return ChunkKey(path, coord, node)
+    return NotAKey(
         f"key {key!r} is not a Zarr key: there is no array above it; the store holds only "
         "zarr.json documents and chunks of arrays (write the array's zarr.json first)"
     )
-
-
-def resolve_key_or_none(session: AnySession, key: str) -> MetadataKey | ChunkKey | None:
-    try:
-        return resolve_key(session, key)
-    except InvalidInputError:
-        return None  # such a key holds nothing
 
 
 # -- listing ------------------------------------------------------------------------------

@@ -83,10 +83,12 @@ def read_metadata(
 
 
 def chunk_ref_or_none(session: AnySession, key: ChunkKey) -> ChunkRef | None:
+    if not key.inside_grid():
+        return None  # zarr reads past a shrunk grid: such a key holds nothing
     try:
         return session.get_chunk_ref(key.path, key.coord)
     except (NotFoundError, InvalidInputError):
-        return None  # array gone, or the coord left its (shrunk) grid
+        return None  # the array was deleted or shrunk since the key was resolved
 
 
 def read_ref(session: AnySession, ref: ChunkRef, byte_range: ByteRequest | None) -> bytes:

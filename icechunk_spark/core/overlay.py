@@ -18,6 +18,18 @@ from .staged import read_staged
 
 def node_at(base: SnapshotView, changes: ChangeSet, path: str) -> Node:
     """The node at (normalized) ``path``. Raises ``NotFoundError``."""
+    node = find_node_at(base, changes, path)
+    if node is None:
+        deleted = " (deleted in this session)" if path in changes.deleted else ""
+        raise NotFoundError(
+            f"no group or array at {path!r} in snapshot {base.snapshot_id}{deleted}"
+        )
+    return node
+
+
+def find_node_at(base: SnapshotView, changes: ChangeSet, path: str) -> Node | None:
+    """The node at (normalized) ``path``, or ``None``: no exception, since key resolution
+    probes every ancestor path of a chunk key and most of them name nothing."""
     with changes.lock:
         if path in changes.created:
             return changes.created[path]
@@ -27,8 +39,8 @@ def node_at(base: SnapshotView, changes: ChangeSet, path: str) -> Node:
             manifests = committed.manifests if committed else ()
             return make_node(node.id, path, node.zarr_json, manifests)
         if path in changes.deleted:
-            raise NotFoundError(f"no group or array at {path!r} (deleted in this session)")
-    return base.node(path)
+            return None
+    return base.nodes.get(path)
 
 
 def chunk_ref(

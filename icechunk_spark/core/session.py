@@ -106,10 +106,7 @@ class Session:
 
     def find_node(self, path: str) -> Node | None:
         """The group or array at ``path``, or ``None`` when there is none."""
-        try:
-            return self.get_node(path)
-        except NotFoundError:
-            return None
+        return overlay.find_node_at(self._base, self._changes, normalize_path(path))
 
     def list_nodes(self) -> list[Node]:
         """Every node, sorted by path."""

@@ -23,18 +23,26 @@ def normalize_path(path: str) -> str:
     Raises:
         InvalidInputError: a ``.`` or ``..`` segment, or text that is not valid Unicode.
     """
+    problem = path_problem(path)
+    if problem is not None:
+        raise InvalidInputError(problem)
     parts = [p for p in path.split("/") if p]
-    for part in parts:
+    return "/" + "/".join(parts)
+
+
+def path_problem(path: str) -> str | None:
+    """Why ``path`` cannot name a node, or ``None`` when it can."""
+    for part in path.split("/"):
         if part in (".", ".."):
-            raise InvalidInputError(
+            return (
                 f"invalid node path {path!r}: segment {part!r} is not allowed, because it "
                 "would name another node (paths are stored absolute; zarr refuses it too)"
             )
     try:
         path.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidInputError(
+        return (
             f"invalid node path {path!r}: it is not valid Unicode text, and the repository "
             "stores paths as UTF-8"
-        ) from None
-    return "/" + "/".join(parts)
+        )
+    return None
