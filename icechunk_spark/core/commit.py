@@ -2,7 +2,7 @@
 
 1. **Build**: write the new manifests, the transaction log and the structure file (``flush``).
    All are new immutable objects; nothing is visible yet.
-2. **Check the requirements** against the latest state:
+2. **Check the requirements** (``core.requirements``) against the latest state:
 
    - ``AssertRefSnapshotId``: the branch still points at our base. This is the one
      requirement that decides a commit (the name is pyiceberg's). If another writer moved the
@@ -12,18 +12,23 @@
    - ``AssertNoGCSince``: no garbage collection fenced the repository after our objects were
      written. Otherwise GC could have deleted them: the chunk files are copied to new ids (or
      ``StaleSessionError`` when already gone) and we build again.
+   - ``AssertNotCommitted`` (with ``once`` marks): no snapshot in the branch's history made
+     this commit already; otherwise ``AlreadyCommittedError``.
 3. **Publish**: create state file ``t/<g+1>`` with put-if-absent (``refs.publish_state``), the
    commit point. Losing that race means another writer took generation ``g+1``: back to 2.
 
 A failure anywhere leaves the repository at its previous snapshot; objects written before it
-are orphans that garbage collection removes.
+are orphans that garbage collection removes. How a commit is made besides its changes
+(message, metadata, conflict policy, once-marks, progress, piece runner) is one value,
+``CommitOptions`` (delta-rs's ``CommitProperties``).
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +38,7 @@ from ..errors import (
     CommitStateUnknownError,
     Conflict,
     ConflictError,
+    InvalidInputError,
     NotFoundError,
     RetriesExhaustedError,
     StaleSessionError,
@@ -44,12 +50,12 @@ from ..format.txlog import decode_txlog
 from ..progress import Progress
 from ..retry import CAS_BACKOFF, REBASE_BACKOFF
 from ..splitting import ManifestConfig
-from .branches import walk
 from .changes import ChangeSet
 from .config import RepositoryConfig
-from .conflicts import ConflictPolicy, Theirs, find_conflicts, resolve
+from .conflicts import ConflictPolicy, OnConflict, Theirs, find_conflicts, resolve
 from .flush import BuiltSnapshot, PieceRunner, build_snapshot, current_nodes
 from .refs import publish_state, read_latest_state
+from .requirements import AssertNoGCSince, AssertNotCommitted, AssertRefSnapshotId
 from .snapshot import SnapshotView
 
 if TYPE_CHECKING:
@@ -59,60 +65,54 @@ if TYPE_CHECKING:
 MAX_REBASES = 200
 MAX_LOST_RACES = 100
 
-ConfigChange = Callable[[RepositoryConfig], RepositoryConfig]
-
 
 @dataclass(frozen=True, slots=True)
-class AssertRefSnapshotId:
-    """Requirement: branch ``ref`` still points at ``snapshot_id`` (the commit's parent)."""
+class CommitOptions:
+    """How a commit is made, besides its changes; checked when made, before anything is written.
 
-    ref: str
-    snapshot_id: str
+    Attributes:
+        message: the commit message.
+        metadata: JSON-serialisable properties stored with the snapshot.
+        on_conflict: what to do with chunks a concurrent commit wrote too: a
+            ``ConflictPolicy`` or its name (``"fail"``, ``"ours"``, ``"theirs"``).
+        once: metadata pairs naming a commit that a retry or replay may repeat (a streaming
+            batch, a job's write id). They are stored with ``metadata``, and the commit
+            refuses to land on a branch whose history holds a snapshot with all of them
+            (``AssertNotCommitted``), checked on the very state it swaps.
+        progress: hears the manifests being written.
+        piece_runner: writes the manifest pieces of split arrays with staged refs elsewhere
+            (e.g. on Spark executors); by default this process writes them, a few at a time.
 
-    def holds(self, state: State) -> bool:
-        return state.branch(self.ref).snapshot_id == self.snapshot_id
-
-
-@dataclass(frozen=True, slots=True)
-class AssertNoGCSince:
-    """Requirement: no garbage collection fenced the repository after state ``generation``,
-    which was published before any object the commit references was written."""
-
-    generation: int
-
-    def holds(self, state: State) -> bool:
-        fence = state.gc_fence
-        return fence is None or fence.generation <= self.generation
-
-
-@dataclass(frozen=True, slots=True)
-class AssertNotCommitted:
-    """Requirement: no snapshot in branch ``ref``'s history answers for ``marks`` (a commit a
-    retry or replay may repeat must land once)."""
-
-    ref: str
-    marks: Mapping[str, Any]
-
-    def landed(self, state: State) -> str | None:
-        """The snapshot that already made this commit, if one did."""
-        return landed_once(state, self.marks, branch=self.ref)
-
-
-def landed_once(state: State, marks: Mapping[str, Any], branch: str | None = None) -> str | None:
-    """The snapshot that answers for the commit named by ``marks``, if one does.
-
-    With ``branch``: only that branch's history counts (``None`` if there is no such branch);
-    without: every listed snapshot. A snapshot answers for its own commit's marks and for
-    those expiry carried into it from the snapshots it removed below it.
+    Raises:
+        InvalidInputError: a bad policy, metadata that is not JSON, or metadata that
+            contradicts the same keys in ``once``.
     """
-    if branch is None:
-        candidates: Iterable[SnapshotInfo] = state.snapshots.values()
-    else:
-        tip = state.refs.get(branch)
-        if tip is None or tip.type != "branch":
-            return None
-        candidates = walk(state, tip.snapshot_id)
-    return next((info.id for info in candidates if info.answers_for(marks)), None)
+
+    message: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    on_conflict: OnConflict = "fail"
+    once: Mapping[str, Any] = field(default_factory=dict)
+    progress: Progress | None = None
+    piece_runner: PieceRunner | None = None
+
+    def __post_init__(self) -> None:
+        ConflictPolicy.parse(self.on_conflict)
+        json.dumps(self.stored_metadata)  # metadata must be JSON: fail before writing anything
+
+    @property
+    def policy(self) -> ConflictPolicy:
+        return ConflictPolicy.parse(self.on_conflict)
+
+    @property
+    def stored_metadata(self) -> dict[str, Any]:
+        """``metadata`` with the ``once`` marks, which it must not contradict."""
+        marks, metadata = self.once, self.metadata
+        clash = sorted(k for k, v in marks.items() if k in metadata and metadata[k] != v)
+        if clash:
+            raise InvalidInputError(
+                f"commit metadata {clash} differ from the same keys in once={dict(marks)!r}"
+            )
+        return {**metadata, **marks}
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +127,9 @@ class Commit:
     """One commit of a change set onto ``branch``; ``run`` publishes it.
 
     ``base`` and ``fresh_since`` move forward as the commit rebases and protects its objects
-    from GC; the session reads them back, whether the commit succeeds or not.
+    from GC; the session reads them back, whether the commit succeeds or not. ``repack``: a
+    manifest config to build under, which the commit also stores as the repository's, in the
+    same compare-and-swap (``None``: the repository's, unchanged).
     """
 
     def __init__(
@@ -139,10 +141,8 @@ class Commit:
         stats: StatsLog,
         *,
         fresh_since: int,
-        manifest_config: ManifestConfig,
-        config_change: ConfigChange | None,
-        piece_runner: PieceRunner | None = None,
-        once: Mapping[str, Any] | None = None,
+        repack: ManifestConfig | None,
+        options: CommitOptions,
     ) -> None:
         self._repo = repo
         self._branch = branch
@@ -150,29 +150,23 @@ class Commit:
         self._changes = changes
         self._stats = stats
         self.fresh_since = fresh_since
-        self._manifest_config = manifest_config
-        self._config_change = config_change
-        self._piece_runner = piece_runner
-        self._once = AssertNotCommitted(branch, dict(once)) if once else None
+        self._repack = repack
+        self._options = options
+        self._once = AssertNotCommitted(branch, dict(options.once)) if options.once else None
 
-    def run(
-        self,
-        message: str,
-        metadata: Mapping[str, Any],
-        policy: ConflictPolicy,
-        progress: Progress | None,
-    ) -> Committed:
+    def run(self) -> Committed:
         """Build, check the requirements, publish; rebase and retry while the branch moves.
 
         Raises:
-            ConflictError: our changes overlap a concurrent commit and ``policy`` leaves some.
+            ConflictError: our changes overlap a concurrent commit and the options' policy
+                leaves some.
             StaleSessionError: garbage collection deleted objects of ours.
             CommitStateUnknownError: storage could not say whether the state file was written.
             RetriesExhaustedError: the branch kept moving (or races kept being lost).
             AlreadyCommittedError: the branch holds a snapshot with our ``once`` marks.
         """
-        storage = self._repo.storage
-        built = self._build(progress)
+        storage, policy = self._repo.storage, self._options.policy
+        built = self._build()
         rebases = lost_races = 0
         while rebases < MAX_REBASES and lost_races < MAX_LOST_RACES:
             state = read_latest_state(storage)
@@ -184,15 +178,15 @@ class Commit:
             if not AssertNoGCSince(self.fresh_since).holds(state):
                 self._protect_from_gc(state)
                 rebases += 1
-                built = self._build(progress)
+                built = self._build()
                 continue
             if not AssertRefSnapshotId(self._branch, self.base.snapshot_id).holds(state):
                 self._rebase(state, policy)
                 REBASE_BACKOFF.sleep(rebases)  # many writers on one branch: each gets a turn
                 rebases += 1
-                built = self._build(progress)
+                built = self._build()
                 continue
-            proposed = self._next_state(state, built, message, metadata)
+            proposed = self._next_state(state, built)
             try:
                 if publish_state(storage, proposed):
                     return Committed(built, proposed)
@@ -205,17 +199,17 @@ class Commit:
             f"commits and {lost_races} lost races; the branch is too busy, retry later"
         )
 
-    def _build(self, progress: Progress | None) -> BuiltSnapshot:
+    def _build(self) -> BuiltSnapshot:
         try:
             return build_snapshot(
                 self._repo.storage,
                 self.base,
                 self._changes,
-                self._manifest_config,
+                self._repack or self._repo.manifest_config,
                 self._repo.pool,
                 self._stats.tables(),
-                progress,
-                self._piece_runner,
+                self._options.progress,
+                self._options.piece_runner,
             )
         except NotFoundError as missing:
             self._stale_if_collected(missing)
@@ -240,9 +234,7 @@ class Commit:
             "collect garbage with a cut-off older than the longest write (e.g. 7 days)"
         ) from missing
 
-    def _next_state(
-        self, state: State, built: BuiltSnapshot, message: str, metadata: Mapping[str, Any]
-    ) -> State:
+    def _next_state(self, state: State, built: BuiltSnapshot) -> State:
         tip = self.base.snapshot_id
         parent = state.snapshots.get(tip)
         now = int(time.time() * 1000)
@@ -252,13 +244,14 @@ class Commit:
             # Never before the parent, so as_of lookups stay ordered along a branch.
             timestamp_ms=max(now, parent.timestamp_ms if parent else now),
             structure_file=built.structure_id,
-            message=message,
-            metadata=metadata,
+            message=self._options.message,
+            metadata=self._options.stored_metadata,
             once_marks=(dict(self._once.marks),) if self._once else (),
         )
         config = state.config
-        if self._config_change is not None:
-            config = self._config_change(RepositoryConfig.from_dict(config)).to_dict()
+        if self._repack is not None:
+            stored = RepositoryConfig.from_dict(config)
+            config = stored.with_manifests(self._repack.to_dict()).to_dict()
         return state.next(
             snapshots={**state.snapshots, info.id: info},
             refs={**state.refs, self._branch: Ref(self._branch, info.id, "branch")},

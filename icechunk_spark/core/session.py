@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,9 +25,8 @@ from . import overlay
 from .changes import ChangeSet, ChangeSummary
 from .chunk_reads import naming_chunk
 from .chunk_writes import store_chunk, virtual_ref, write_statistics
-from .commit import Commit
-from .config import RepositoryConfig
-from .conflicts import ConflictPolicy, OnConflict
+from .commit import Commit, CommitOptions
+from .conflicts import OnConflict
 from .flush import PieceRunner, current_nodes
 from .forks import ForkLedger, ForkSession, check_forks_merged, make_fork, merge_forks
 from .node_docs import array_doc, group_doc, grown_doc
@@ -71,10 +69,9 @@ class Session:
         self._changes = ChangeSet()
         self._stats = StatsLog()  # chunk statistics of this session's writes (config-selected)
         self._committed = False
-        # A manifest config to build under, and the config change the commit publishes with
-        # it (repack_manifests); None: the repository's, unchanged.
-        self._manifest_config: ManifestConfig | None = None
-        self._config_change: Callable[[RepositoryConfig], RepositoryConfig] | None = None
+        # A manifest config to build under, which the commit stores as the repository's
+        # (repack_manifests); None: the repository's, unchanged.
+        self._repack: ManifestConfig | None = None
         self._fork_ledger = ForkLedger()  # the forks of this change set (core/forks.py)
 
     # -- identity -------------------------------------------------------------------------
@@ -379,8 +376,7 @@ class Session:
         self._require_writable()
         self._changes.repack_all = True
         if config is not None:
-            self._manifest_config = config
-            self._config_change = lambda stored: stored.with_manifests(config.to_dict())
+            self._repack = config
 
     def get_chunk_ref(self, path: str, coord: Sequence[int]) -> ChunkRef | None:
         """Where the chunk's bytes are, or ``None`` when it was never written."""
@@ -447,21 +443,8 @@ class Session:
         """Atomically publish the changes as a new snapshot on the session's branch.
 
         If the branch moved since the session started, non-overlapping changes are rebased onto
-        the new tip (see ``core.commit``).
-
-        Args:
-            message: the commit message.
-            metadata: JSON-serialisable properties stored with the snapshot.
-            on_conflict: what to do with chunks a concurrent commit wrote too: a
-                ``ConflictPolicy`` or its name (``"fail"``, ``"ours"``, ``"theirs"``).
-            progress: hears the manifests being written.
-            piece_runner: writes the manifest pieces of split arrays with staged refs
-                elsewhere (e.g. on Spark executors); by default this process writes them,
-                a few at a time.
-            once: metadata pairs naming a commit that a retry or replay may repeat (a
-                streaming batch, a job's write id). They are stored with ``metadata``, and
-                the commit refuses to land on a branch whose history holds a snapshot with
-                all of them, checked on the very state it swaps.
+        the new tip (see ``core.commit``). The arguments are ``CommitOptions``'s (documented
+        there); ``commit_with`` takes them as one value.
 
         Returns:
             The new snapshot's id.
@@ -480,13 +463,22 @@ class Session:
                 (``snapshot_id`` says which); nothing was committed.
         """
         self._require_writable()
-        policy = ConflictPolicy.parse(on_conflict)
+        options = CommitOptions(
+            message, metadata or {}, on_conflict, once or {}, progress, piece_runner
+        )
+        return self.commit_with(options)
+
+    def commit_with(self, options: CommitOptions) -> str:
+        """``commit`` with its options as one value (a Spark write makes them from its plan).
+
+        Raises:
+            As ``commit``.
+        """
+        self._require_writable()
         check_forks_merged(self._repo.storage, self._fork_ledger)
         if self._changes.is_empty():
             raise InvalidInputError("no changes to commit; write something first")
         assert self.branch is not None
-        user_metadata = _with_marks(dict(metadata or {}), once or {})
-        json.dumps(user_metadata)  # metadata must be JSON: fail before writing anything
         commit = Commit(
             self._repo,
             self.branch,
@@ -494,16 +486,14 @@ class Session:
             self._changes,
             self._stats,
             fresh_since=self._fresh_since,
-            manifest_config=self._manifest_config or self._repo.manifest_config,
-            config_change=self._config_change,
-            piece_runner=piece_runner,
-            once=once,
+            repack=self._repack,
+            options=options,
         )
         try:
-            committed = commit.run(message, user_metadata, policy, progress)
+            committed = commit.run()
         finally:  # a failed commit leaves the session rebased as far as it got
             self._base, self._fresh_since = commit.base, commit.fresh_since
-        if self._config_change is not None:
+        if self._repack is not None:
             self._repo.adopt_config(committed.state.config)
         self._committed = True
         self.read_only = True
@@ -577,13 +567,3 @@ class Session:
 def _open_snapshot(repo: Repository, snapshot_id: str) -> Session:
     """Unpickling a read-only session: the same snapshot of the (reopened) repository."""
     return repo.readonly_session(snapshot_id=snapshot_id)
-
-
-def _with_marks(metadata: dict[str, Any], marks: Mapping[str, Any]) -> dict[str, Any]:
-    """``metadata`` with a ``once`` commit's marks, which it must not contradict."""
-    clash = sorted(k for k, v in marks.items() if k in metadata and metadata[k] != v)
-    if clash:
-        raise InvalidInputError(
-            f"commit metadata {clash} differ from the same keys in once={dict(marks)!r}"
-        )
-    return {**metadata, **marks}

@@ -14,8 +14,13 @@ driver host with no SparkSession; the driver API runs in the user's driver. Eith
    pieces of split arrays on executors);
 4. delete the staging area, and on a *certain* failure every chunk object the write made.
 
-The write id in the snapshot metadata makes commit and abort idempotent: whichever runs after
-a commit landed sees it and only sweeps the staging area.
+One write is one transaction on one open repository (``run_commit``), and it lands once. The
+plan names the commit by its once-marks (``WritePlan.once``: the write id, or a stream's
+query and batch ids), and one rule, ``AssertNotCommitted`` on the plan's branch, is checked
+before anything is staged into a session and again by the commit on the state its
+compare-and-swap replaces: a commit that landed already commits nothing. Which objects may
+be deleted afterwards is another question, answered by the write id alone, in every listed
+snapshot: the objects of a write that any snapshot holds are kept.
 """
 
 from __future__ import annotations
@@ -23,11 +28,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from ..core.commit import landed_once
+from ..core.commit import CommitOptions
+from ..core.conflicts import ConflictPolicy
 from ..core.flush import PieceRunner
 from ..core.repository import Repository
+from ..core.requirements import AssertNotCommitted, landed_once
 from ..core.session import Session
 from ..core.staged import StagedFile, StagedRefs
 from ..errors import AlreadyCommittedError
@@ -77,10 +83,27 @@ def staged_refs(path: str, stats: ArrayStaged, files: Iterable[StagedFile]) -> S
     )
 
 
-def committed_snapshot(repo: Repository, write_id: str) -> str | None:
-    """The snapshot that holds the write with this id, if it landed (on any branch; after
-    expiry, a later snapshot carrying the write's marks)."""
-    return landed_once(repo.state(), {WRITE_ID_KEY: write_id})
+def landed_already(repo: Repository, plan: WritePlan) -> str | None:
+    """The snapshot in the plan's branch history that made this commit already, if one did
+    (the look before staging; the commit checks the same requirement again)."""
+    return AssertNotCommitted(plan.branch, plan.once).landed(repo.state())
+
+
+def commit_options(plan: WritePlan, piece_runner: PieceRunner | None = None) -> CommitOptions:
+    """How the write commits: the plan's message and metadata, tagged with the write id."""
+    return CommitOptions(
+        plan.message,
+        {**plan.metadata, WRITE_ID_KEY: plan.write_id},
+        ConflictPolicy.parse(plan.on_conflict),
+        plan.once,
+        piece_runner=piece_runner,
+    )
+
+
+def _write_landed(repo: Repository, plan: WritePlan) -> bool:
+    """Whether a snapshot holds the write's objects: one listed anywhere (after expiry, a
+    later snapshot carrying the write's marks) answers for its write id."""
+    return landed_once(repo.state(), {WRITE_ID_KEY: plan.write_id}) is not None
 
 
 def stage_into(session: Session, plan: WritePlan, staged: StagedWrite) -> None:
@@ -116,49 +139,48 @@ def run_commit(
     plan: WritePlan,
     staged: StagedWrite,
     piece_runner: PieceRunner | None = None,
-    once: Mapping[str, Any] | None = None,
+    *,
+    repo: Repository | None = None,
 ) -> str | None:
     """Commit a write whose tasks all succeeded; ``None`` when there was nothing to commit.
 
-    The commit lands once: a snapshot on the branch carrying ``once`` (by default the write
-    id) means it landed already, and that snapshot is returned (see ``Session.commit``).
+    The commit lands once: a snapshot on the branch answering for ``plan.once`` means it
+    landed already, and that snapshot is returned (see the module doc). ``repo``: the
+    repository the caller opened already (and closes); by default opened here.
 
     Raises:
         ConflictError: the write overlaps a concurrent commit (with ``on_conflict='fail'``).
         InvalidInputError: staged refs outside an array's grid, or a group at an array's path.
     """
-    repo = plan.repo.open()
-    try:
-        landed = committed_snapshot(repo, plan.write_id)
-        if landed is not None:  # a retried commit: it landed already
-            sweep(repo.storage, plan, staged.attempts)
-            return landed
-        try:
-            session = repo.writable_session(
-                plan.branch, base_snapshot_id=plan.base_snapshot, fresh_since=plan.base_generation
-            )
-            stage_into(session, plan, staged)
-            snapshot = None
-            if session.has_uncommitted_changes():
-                metadata = {**plan.metadata, WRITE_ID_KEY: plan.write_id}
-                snapshot = session.commit(
-                    plan.message,
-                    metadata,
-                    on_conflict=plan.on_conflict,  # type: ignore[arg-type]  # checked by make_plan
-                    piece_runner=piece_runner,
-                    once=once or {WRITE_ID_KEY: plan.write_id},
-                )
-        except AlreadyCommittedError as done:  # a retry or replay of a commit that landed
-            _after_failure(repo, plan)  # our objects go, unless this very write landed
-            sweep(repo.storage, plan, staged.attempts)
-            return done.snapshot_id
-        except BaseException:
-            _after_failure(repo, plan)
-            raise
+    with plan.repo.opened(repo) as repo:
+        landed = landed_already(repo, plan)
+        if landed is None:
+            try:
+                snapshot = _stage_and_commit(repo, plan, staged, piece_runner)
+            except AlreadyCommittedError as done:  # a duplicate landed after our look
+                landed = done.snapshot_id
+            except BaseException:
+                _after_failure(repo, plan)
+                raise
+            else:
+                sweep(repo.storage, plan, staged.attempts)
+                return snapshot
+        log.info("write %s: committed already as %s; committing nothing", plan.write_id, landed)
+        _after_failure(repo, plan)  # our objects go, unless this very write landed
         sweep(repo.storage, plan, staged.attempts)
-        return snapshot
-    finally:
-        repo.close()
+        return landed
+
+
+def _stage_and_commit(
+    repo: Repository, plan: WritePlan, staged: StagedWrite, piece_runner: PieceRunner | None
+) -> str | None:
+    session = repo.writable_session(
+        plan.branch, base_snapshot_id=plan.base_snapshot, fresh_since=plan.base_generation
+    )
+    stage_into(session, plan, staged)
+    if not session.has_uncommitted_changes():
+        return None
+    return session.commit_with(commit_options(plan, piece_runner))
 
 
 def commit_staged(plan: WritePlan, results: Sequence[StageResult]) -> str | None:
@@ -166,21 +188,20 @@ def commit_staged(plan: WritePlan, results: Sequence[StageResult]) -> str | None
     return run_commit(plan, StagedWrite.of(results))
 
 
-def abort_write(plan: WritePlan, results: Iterable[StageResult | None]) -> None:
+def abort_write(
+    plan: WritePlan, results: Iterable[StageResult | None], repo: Repository | None = None
+) -> None:
     """Remove what a failed write staged and wrote (nothing referenced by a landed commit)."""
-    repo = plan.repo.open()
-    try:
-        if committed_snapshot(repo, plan.write_id) is not None:
+    with plan.repo.opened(repo) as repo:
+        if _write_landed(repo, plan):
             sweep(repo.storage, plan, frozenset(r.attempt for r in results if r is not None))
         else:
             delete_everything(repo.storage, plan)
-    finally:
-        repo.close()
 
 
 def _after_failure(repo: Repository, plan: WritePlan) -> None:
     try:
-        landed = committed_snapshot(repo, plan.write_id) is not None
+        landed = _write_landed(repo, plan)
     except Exception as exc:  # the state is unreadable: we cannot know, so keep chunk objects
         log.warning(
             "write %s: commit state unknown (%s); only staging is removed", plan.write_id, exc
@@ -236,9 +257,10 @@ def _journals(
 __all__ = [
     "StagedWrite",
     "abort_write",
+    "commit_options",
     "commit_staged",
-    "committed_snapshot",
     "delete_everything",
+    "landed_already",
     "run_commit",
     "stage_into",
     "staged_refs",

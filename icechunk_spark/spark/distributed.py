@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -36,31 +36,51 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
-def commit_refs(
-    df: DataFrame,
-    url: str,
-    *,
-    branch: str = "main",
-    message: str | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-    mode: str = "append",
-    arrays: Mapping[str, Mapping[str, Any]] | None = None,
-    append_dim: str | int | None = None,
-    on_conflict: str = "fail",
-    metadata: Mapping[str, Any] | None = None,
-    shapes: Mapping[str, Sequence[int]] | None = None,
-    groups: Mapping[str, Mapping[str, Any]] | None = None,
-) -> str | None:
+class WriteOptions(TypedDict, total=False):
+    """The keyword options of :func:`commit_refs` and :func:`write_chunks`: the data source's
+    write options (docs/spark.md) as Python values; a missing one takes its default.
+
+    ``branch`` (default ``"main"``), ``message``, ``metadata`` (commit metadata),
+    ``storage_options``, ``mode`` (``"append"`` or ``"overwrite"``), ``arrays``
+    (``{path: zarr.json dict}`` to create), ``append_dim``, ``on_conflict`` (``"fail"``,
+    ``"ours"``, ``"theirs"``).
+    """
+
+    branch: str
+    message: str | None
+    metadata: Mapping[str, Any] | None
+    storage_options: Mapping[str, Any] | None
+    mode: str
+    arrays: Mapping[str, Mapping[str, Any]] | None
+    append_dim: str | int | None
+    on_conflict: str
+
+
+class RefWriteOptions(WriteOptions, total=False):
+    """:func:`commit_refs` takes exact ``shapes`` and ``groups`` to create too."""
+
+    shapes: Mapping[str, Sequence[int]] | None
+    groups: Mapping[str, Mapping[str, Any]] | None
+
+
+class ChunkWriteOptions(WriteOptions, total=False):
+    """:func:`write_chunks` takes ``pack_chunks`` too."""
+
+    pack_chunks: bool
+
+
+def commit_refs(df: DataFrame, url: str, **options: Unpack[RefWriteOptions]) -> str | None:
     """Commit the virtual refs in ``df`` (``array``, ``coord``, ``location``, ``offset``,
     ``length``, optional ``checksum``) as one snapshot on ``branch``. A row may carry its
     chunk's stored (encoded) bytes in an optional ``inline_data`` column instead of a
     location (null otherwise): chunks a virtual import copies rather than points at.
 
-    ``arrays`` declares arrays to create (``{path: zarr.json dict}``), ``append_dim`` grows
-    shapes to fit the coords (to whole chunks), ``shapes`` (``{path: shape}``) gives arrays
-    their exact new shape instead (only growing them), ``mode="overwrite"`` replaces every
-    ref of the arrays in ``df``; ``groups`` (``{path: attributes}``) creates missing groups.
-    Returns the new snapshot id, or ``None`` when ``df`` is empty and nothing was declared.
+    Options (``RefWriteOptions``): ``arrays`` declares arrays to create (``{path: zarr.json
+    dict}``), ``append_dim`` grows shapes to fit the coords (to whole chunks), ``shapes``
+    (``{path: shape}``) gives arrays their exact new shape instead (only growing them),
+    ``mode="overwrite"`` replaces every ref of the arrays in ``df``; ``groups`` (``{path:
+    attributes}``) creates missing groups. Returns the new snapshot id, or ``None`` when
+    ``df`` is empty and nothing was declared.
 
     >>> commit_refs(refs_df, "s3://bucket/repo", message="import")      # doctest: +SKIP
 
@@ -68,49 +88,41 @@ def commit_refs(
         ConflictError: another commit changed the same chunks first (``on_conflict='fail'``).
         InvalidInputError: bad options; or (wrapped in Spark's error) a row outside its
             array's grid, of an unknown array, or pointing outside every virtual container.
+        TypeError: an option it does not take.
     """
-    options: dict[str, Any] = {"branch": branch, "message": message, "metadata": metadata}
-    options |= {"storage_options": storage_options, "arrays": arrays}
-    options |= {"append_dim": append_dim, "on_conflict": on_conflict}
-    options |= {"shapes": shapes, "groups": groups}
-    return _run(df, url, "virtual", mode, options)
+    return _run(df, url, "virtual", _checked("commit_refs", options, RefWriteOptions))
 
 
-def write_chunks(
-    df: DataFrame,
-    url: str,
-    *,
-    branch: str = "main",
-    message: str | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-    mode: str = "append",
-    arrays: Mapping[str, Mapping[str, Any]] | None = None,
-    append_dim: str | int | None = None,
-    on_conflict: str = "fail",
-    metadata: Mapping[str, Any] | None = None,
-    pack_chunks: bool = False,
-) -> str | None:
+def write_chunks(df: DataFrame, url: str, **options: Unpack[ChunkWriteOptions]) -> str | None:
     """Encode and write the chunks in ``df`` (``array``, ``coord``, ``data`` = the chunk's raw
     C-order bytes in the array's dtype) and commit them as one snapshot on ``branch``.
 
-    Options as for :func:`commit_refs`; ``pack_chunks`` packs each task's chunks into few
-    objects. Returns the new snapshot id.
+    Options (``ChunkWriteOptions``) as for :func:`commit_refs`; ``pack_chunks`` packs each
+    task's chunks into few objects. Returns the new snapshot id.
 
     Raises:
         ConflictError: another commit changed the same chunks first (``on_conflict='fail'``).
         InvalidInputError: as :func:`commit_refs`, and ``data`` of the wrong length.
+        TypeError: an option it does not take.
     """
-    options: dict[str, Any] = {"branch": branch, "message": message, "metadata": metadata}
-    options |= {"storage_options": storage_options, "arrays": arrays}
-    options |= {"append_dim": append_dim, "on_conflict": on_conflict, "pack_chunks": pack_chunks}
-    return _run(df, url, "data", mode, options)
+    return _run(df, url, "data", _checked("write_chunks", options, ChunkWriteOptions))
 
 
-def _run(df: DataFrame, url: str, kind: RowKind, mode: str, kwargs: dict[str, Any]) -> str | None:
+def _checked(function: str, options: Mapping[str, Any], takes: type) -> dict[str, Any]:
+    """``options`` when ``takes`` (a ``WriteOptions`` type) names every one, as Python's own
+    keyword arguments would be checked."""
+    unknown = sorted(set(options) - getattr(takes, "__optional_keys__", frozenset()))
+    if unknown:
+        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
+    return dict(options)
+
+
+def _run(df: DataFrame, url: str, kind: RowKind, options: dict[str, Any]) -> str | None:
+    mode = options.pop("mode", "append")
     if mode not in ("append", "overwrite"):
         raise InvalidInputError(f"mode must be 'append' or 'overwrite', not {mode!r}")
     check_row_schema(to_arrow_schema(df.schema))
-    plan = make_plan(options_from_kwargs(url, **kwargs), df.columns, mode == "overwrite")
+    plan = make_plan(options_from_kwargs(url, **options), df.columns, mode == "overwrite")
     if plan.rows != kind:
         other = "write_chunks" if plan.rows == "data" else "commit_refs"
         raise InvalidInputError(f"these rows hold {plan.rows} refs: use {other}")
@@ -232,4 +244,12 @@ def _written(storage: Storage, task: bytes) -> bytes:
             raise error from None
 
 
-__all__ = ["commit_refs", "spark_piece_runner", "stage", "write_chunks"]
+__all__ = [
+    "ChunkWriteOptions",
+    "RefWriteOptions",
+    "WriteOptions",
+    "commit_refs",
+    "spark_piece_runner",
+    "stage",
+    "write_chunks",
+]

@@ -7,7 +7,8 @@ into small frozen values that pickle cheaply to executors (clients are made wher
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -34,6 +35,19 @@ class RepoOptions:
             storage_options=dict(self.storage_options),
             authorize_virtual=list(self.authorize_virtual) or None,
         )
+
+    @contextmanager
+    def opened(self, repo: Repository | None = None) -> Iterator[Repository]:
+        """``repo``, when the caller opened it already (and closes it), else the repository
+        opened here and closed after: one open serves every step of a commit."""
+        if repo is not None:
+            yield repo
+            return
+        repo = self.open()
+        try:
+            yield repo
+        finally:
+            repo.close()
 
     def storage(self) -> Storage:
         """Just the storage (executors reading manifests need no repository state)."""

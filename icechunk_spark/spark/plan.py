@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..core.repository import Repository
 from ..errors import InvalidInputError
 from ..format.ids import new_object_id
 from ..format.keys import STAGING_PREFIX
@@ -91,6 +92,14 @@ class WritePlan:
     # The state generation the plan was made from: every object the write creates is younger,
     # which tells the commit whether a garbage collection since could have deleted them.
     base_generation: int = -1
+    # What names the commit so that it lands once (a stream: query and batch ids); empty:
+    # the write id.
+    once_marks: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def once(self) -> dict[str, Any]:
+        """The commit's once-marks: a retry or replay of it commits nothing."""
+        return dict(self.once_marks) or {WRITE_ID_KEY: self.write_id}
 
     @property
     def staging_prefix(self) -> str:
@@ -112,11 +121,13 @@ def make_plan(
     overwrite: bool,
     *,
     base_snapshot: str | None = None,
+    repo: Repository | None = None,
 ) -> WritePlan:
     """Build the plan from data source options (all strings) and the DataFrame's columns.
 
     The plan starts from the branch tip, or from ``base_snapshot`` when given (a streaming
-    commit plans from the snapshot its tasks started from).
+    commit plans from the snapshot its tasks started from); ``repo``: the repository the
+    caller opened already (by default opened here).
 
     Raises:
         InvalidInputError: missing or malformed options, or rows of an unknown shape.
@@ -134,15 +145,12 @@ def make_plan(
     metadata = parse_value(get(options, "metadata") or "{}")
     if not isinstance(metadata, dict):
         raise InvalidInputError("option metadata must be a JSON object")
-    repo = repo_opts.open()
-    try:
-        state = repo.state()
+    with repo_opts.opened(repo) as opened:
+        state = opened.state()
         base = base_snapshot or state.branch(branch).snapshot_id
-        session = repo.readonly_session(snapshot_id=base)
+        session = opened.readonly_session(snapshot_id=base)
         existing = {n.path: n.zarr_json for n in session.list_nodes() if n.type == "array"}
-        config = repo.config
-    finally:
-        repo.close()
+        config = opened.config
     declared = declared_arrays(get(options, "arrays"))
     shapes = declared_shapes(get(options, "shapes"))
     append_dim = get(options, "append_dim")

@@ -3,9 +3,10 @@ one commit, and exactly one however often Spark replays it.
 
 Spark marks a micro-batch done in its checkpoint only *after* the sink's ``commit`` returns. A
 driver killed between the two replays the batch after a restart, although its commit landed.
-So the commit writes the streaming query's id (stable across restarts from one checkpoint)
-and the batch id into the snapshot metadata, and a batch whose pair is already in the
-branch's history commits nothing and deletes what the replay wrote.
+So the commit's once-marks (``WritePlan.once``) are the streaming query's id (stable across
+restarts from one checkpoint) and the batch id, stored in the snapshot metadata, and a batch
+whose pair is already in the branch's history commits nothing and deletes what the replay
+wrote (``coordinator.run_commit``).
 
 The writer object is made once per run of a query, but each batch must start from the branch
 as it is when the batch runs (earlier batches moved it). So every task plans its part of the
@@ -16,7 +17,6 @@ the oldest of those starts, so a concurrent commit in between is checked for con
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,16 +24,13 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from ..core.commit import landed_once
 from ..core.repository import Repository
 from ..errors import Conflict, ConflictError, InvalidInputError
 from ..format.ids import new_object_id
-from .coordinator import StagedWrite, abort_write, delete_everything, run_commit
-from .options import get
+from .coordinator import StagedWrite, abort_write, run_commit
+from .options import get, repo_options
 from .plan import WritePlan, make_plan
 from .staging import Stager, StageResult, attempt_name
-
-log = logging.getLogger(__name__)
 
 STREAM_QUERY_KEY = "icechunk_spark.stream.query_id"
 STREAM_BATCH_KEY = "icechunk_spark.stream.batch_id"
@@ -111,8 +108,9 @@ class IcechunkStreamWriter(DataSourceStreamArrowWriter):
         received = _messages(messages)
         if not received:
             return  # no task reported: its staging area is left to garbage collection
-        plan = batch_plan(self.options, self.columns, received, batchId)
-        abort_write(plan, [m.staged for m in received])
+        with repo_options(self.options).opened() as repo:
+            plan = batch_plan(self.options, self.columns, received, batchId, repo)
+            abort_write(plan, [m.staged for m in received], repo)
 
 
 def _messages(messages: Sequence[WriterCommitMessage | None]) -> list[StreamCommitMessage]:
@@ -131,8 +129,9 @@ def batch_plan(
     columns: Sequence[str],
     messages: Sequence[StreamCommitMessage],
     batch_id: int,
+    repo: Repository | None = None,
 ) -> WritePlan:
-    """The commit's plan: from the oldest start any task reported, with the batch's ids.
+    """The commit's plan: from the oldest start any task reported, landing once as the batch.
 
     Raises:
         ConflictError: tasks placed rows ``after_end`` of different array ends (another
@@ -143,20 +142,20 @@ def batch_plan(
         raise InvalidInputError(f"micro-batch {batch_id}: tasks of different writes reported")
     _check_same_ends(starts, get(options, "branch") or "main")
     oldest = min(starts, key=lambda s: s.base_generation)
-    plan = make_plan(options, columns, False, base_snapshot=oldest.base_snapshot)
-    metadata: dict[str, Any] = {
-        **plan.metadata,
-        STREAM_QUERY_KEY: oldest.query_id,
-        STREAM_BATCH_KEY: batch_id,
-    }
+    plan = make_plan(options, columns, False, base_snapshot=oldest.base_snapshot, repo=repo)
     message = get(options, "message") or f"Spark stream {oldest.query_id}, batch {batch_id}"
     return dataclasses.replace(
         plan,
         write_id=oldest.write_id,
         base_generation=oldest.base_generation,
-        metadata=metadata,
         message=message,
+        once_marks=batch_marks(oldest.query_id, batch_id),
     )
+
+
+def batch_marks(query_id: str, batch_id: int) -> dict[str, Any]:
+    """The once-marks of a micro-batch, stored in its snapshot's metadata."""
+    return {STREAM_QUERY_KEY: query_id, STREAM_BATCH_KEY: batch_id}
 
 
 def _check_same_ends(starts: set[BatchStart], branch: str) -> None:
@@ -175,39 +174,15 @@ def commit_batch(
     messages: Sequence[StreamCommitMessage],
     batch_id: int,
 ) -> str | None:
-    """Commit one micro-batch unless it already was; the snapshot id, or ``None`` if empty."""
+    """Commit one micro-batch unless it already was; the snapshot id, or ``None`` if empty.
+
+    One open repository serves the plan, the look at the history and the commit.
+    """
     if not any(m.staged.files for m in messages):
         return None  # nothing staged: an empty batch makes no snapshot
-    plan = batch_plan(options, columns, messages, batch_id)
-    repo = plan.repo.open()
-    try:
-        query_id = str(plan.metadata[STREAM_QUERY_KEY])
-        landed = committed_batch(repo, plan.branch, query_id, batch_id)
-    finally:
-        repo.close()
-    if landed is not None:
-        log.info(
-            "stream %s: batch %d was committed as snapshot %s; committing nothing",
-            query_id,
-            batch_id,
-            landed,
-        )
-        delete_everything(plan.repo.storage(), plan)  # the replay's objects: unreferenced
-        return landed
-    # Checked again inside the commit, on the state it swaps: a duplicate landing after the
-    # look above (only a second driver of the same query could make one) still loses.
-    once = {STREAM_QUERY_KEY: query_id, STREAM_BATCH_KEY: batch_id}
-    return run_commit(plan, StagedWrite.of([m.staged for m in messages]), once=once)
-
-
-def committed_batch(repo: Repository, branch: str, query_id: str, batch_id: int) -> str | None:
-    """The snapshot of ``branch``'s history that holds this query's batch, if one does.
-
-    ``None`` also when there is no such branch (nothing was committed to it). After expiry the
-    answer may be a later snapshot that carries the batch's marks (``landed_once``).
-    """
-    marks = {STREAM_QUERY_KEY: query_id, STREAM_BATCH_KEY: batch_id}
-    return landed_once(repo.state(), marks, branch=branch)
+    with repo_options(options).opened() as repo:
+        plan = batch_plan(options, columns, messages, batch_id, repo)
+        return run_commit(plan, StagedWrite.of([m.staged for m in messages]), repo=repo)
 
 
 __all__ = [
@@ -217,7 +192,7 @@ __all__ = [
     "BatchStart",
     "IcechunkStreamWriter",
     "StreamCommitMessage",
+    "batch_marks",
     "batch_plan",
     "commit_batch",
-    "committed_batch",
 ]

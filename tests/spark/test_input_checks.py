@@ -178,3 +178,14 @@ def test_a_misspelled_append_dim_names_the_option_and_the_dimensions(
     with fails(r"option append_dim='tiem' is no dimension of any array .*'/v': \('t',\)"):
         save(df, url, append_dim="tiem")
     np.testing.assert_array_equal(stored(repo), [1, 2, 3, 4])
+
+
+@pytest.mark.parametrize(
+    ("write", "option"),
+    [(commit_refs, "pack_chunks"), (write_chunks, "shapes"), (commit_refs, "branhc")],
+)
+def test_the_driver_api_refuses_an_option_it_does_not_take(write: Any, option: str) -> None:
+    """Its options are one ``WriteOptions`` type: a name outside a function's is refused
+    before anything runs, as a keyword the function does not have."""
+    with pytest.raises(TypeError, match=f"{write.__name__}.*unexpected keyword.*'{option}'"):
+        write(None, "memory://never-opened", **{option: True})

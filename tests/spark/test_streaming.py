@@ -21,8 +21,9 @@ import pytest
 import zarr
 
 from icechunk_spark import Repository
+from icechunk_spark.core.requirements import AssertNotCommitted
 from icechunk_spark.errors import InvalidInputError
-from icechunk_spark.spark import streaming
+from icechunk_spark.spark import coordinator
 from icechunk_spark.spark.plan import make_plan
 from icechunk_spark.spark.staging import Stager
 from icechunk_spark.spark.streaming import (
@@ -30,8 +31,8 @@ from icechunk_spark.spark.streaming import (
     STREAM_QUERY_KEY,
     BatchStart,
     StreamCommitMessage,
+    batch_marks,
     commit_batch,
-    committed_batch,
 )
 
 from .helpers import keys, new_repo, referenced_chunk_objects
@@ -341,6 +342,11 @@ def test_a_killed_driver_restarted_from_its_checkpoint_appends_every_batch_exact
     np.testing.assert_array_equal(series(repo), expected)
 
 
+def committed_batch(repo: Repository, branch: str, query_id: str, batch_id: int) -> str | None:
+    """The look a batch commit takes first (``coordinator.landed_already``)."""
+    return AssertNotCommitted(branch, batch_marks(query_id, batch_id)).landed(repo.state())
+
+
 def test_committed_batch_finds_the_pair_on_its_branch_only(tmp_path: Path) -> None:
     repo = new_repo((tmp_path / "repo").as_uri())
     for query, batch in (("q1", 0), ("q2", 0), ("q1", 1), ("q1", 2)):
@@ -375,7 +381,7 @@ def test_a_batch_landing_after_our_look_at_the_history_is_still_committed_once(
     # Two drivers of one query staged batch 0, and each looked at the history before the
     # other committed: only the check inside the commit's compare-and-swap can stop one.
     first, second = staged_batch_zero("run1"), staged_batch_zero("run2")
-    monkeypatch.setattr(streaming, "committed_batch", lambda *args: None)
+    monkeypatch.setattr(coordinator, "landed_already", lambda *args: None)
     landed = commit_batch(options, columns, [first], 0)
     assert commit_batch(options, columns, [second], 0) == landed
 
@@ -383,3 +389,40 @@ def test_a_batch_landing_after_our_look_at_the_history_is_still_committed_once(
     np.testing.assert_array_equal(series(repo), file_values(0, 1))
     assert keys(repo, "staging/") == set()
     assert keys(repo, "c/") == referenced_chunk_objects(repo)  # the loser's objects are gone
+
+
+def test_a_batch_commit_opens_the_repository_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each task plans from the branch tip (one open each); the commit opens it once more:
+    planning from the tasks' starts, the look at the history and the commit share it."""
+    url = (tmp_path / "repo").as_uri()
+    new_repo(url)
+    options = {"path": url, "arrays": json.dumps(SERIES), "append_dim": "t"}
+    options["placement"] = "after_end"
+    columns = ["array", "coord", "data"]
+    opens: list[str] = []
+    real_open = Repository.open.__func__  # type: ignore[attr-defined]
+
+    def counting_open(cls: type[Repository], *args: Any, **kwargs: Any) -> Repository:
+        opens.append("open")
+        return real_open(cls, *args, **kwargs)
+
+    monkeypatch.setattr(Repository, "open", classmethod(counting_open))
+
+    def staged_task(partition: int) -> StreamCommitMessage:
+        plan = dataclasses.replace(make_plan(options, columns, False), write_id="run-000000")
+        rows = pa.table(
+            {"array": ["/v"], "coord": [[partition]], "data": [file_values(partition, 1).tobytes()]}
+        )
+        staged = Stager(plan, plan.repo.storage(), f"{partition:05d}-0").run(rows.to_batches())
+        return StreamCommitMessage(BatchStart.of(plan, "q"), staged)
+
+    tasks = [staged_task(p) for p in range(3)]
+    assert len(opens) == len(tasks)
+    opens.clear()
+
+    commit_batch(options, columns, tasks, 0)
+    commit_opens = len(opens)
+    assert stream_commits(Repository.open(url)) == [("q", 0)]
+    assert commit_opens == 1

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from icechunk_spark.core.commit import landed_once
+from icechunk_spark.core.requirements import landed_once
 from icechunk_spark.errors import AlreadyCommittedError
 from icechunk_spark.ops.gc import garbage_collect
 from icechunk_spark.ops.history import expire_snapshots
