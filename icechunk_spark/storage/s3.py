@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from ..errors import InvalidInputError, NotFoundError, StorageCredentialsError, StorageError
 from .base import ObjectInfo, Storage, with_retries
+from .causes import causes
 from .endpoints import check_endpoint
 from .s3_errors import Where, classify
 
@@ -197,13 +198,11 @@ def _has_answer(exc: BaseException, codes: frozenset[str], status: int) -> bool:
     """Whether botocore's error (anywhere in the cause chain) has one of these S3 error
     codes or this HTTP status. Decided by code or status, never by the message text.
     """
-    seen: BaseException | None = exc
-    while seen is not None:
-        response = getattr(seen, "response", None)
+    for cause in causes(exc):
+        response = getattr(cause, "response", None)
         if isinstance(response, dict):
             code = (response.get("Error") or {}).get("Code")
             answered = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
             if code in codes or answered == status:
                 return True
-        seen = seen.__cause__ or seen.__context__
     return False
