@@ -16,17 +16,12 @@ Credentials are adlfs's: the storage options ``account_name`` with ``account_key
 
 from __future__ import annotations
 
-import builtins
-import contextlib
-from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from ..errors import InvalidInputError, NotFoundError, StorageError
+from ..errors import InvalidInputError, StorageError
 from .azure_errors import Where, classify, is_already_exists
-from .base import ObjectInfo, Storage, with_retries
-
-T = TypeVar("T")
+from .objectstore import ObjectStorage
 
 AZURE_SCHEMES = ("az", "abfs", "abfss")
 
@@ -47,22 +42,25 @@ def _failing_fast(client: Any) -> Any:
     return BlobServiceClient(client.url, credential=client.credential, retry_policy=retry)
 
 
-class AzureStorage(Storage):
+class AzureStorage(ObjectStorage):
     # Blob listings report Last-Modified in whole seconds.
     mtime_resolution_ms = 1000
+    mtime_key = "last_modified"
+    # overwrite=False: azure-storage-blob sends If-None-Match: *.
+    create_exclusive: ClassVar[Mapping[str, Any]] = {"overwrite": False}
+    delete_batch = 256  # a blob batch holds at most 256 requests
+    gone_on_delete = (FileNotFoundError,)
 
     def __init__(self, container_and_prefix: str, scheme: str = "az", **options: Any) -> None:
         from adlfs import AzureBlobFileSystem
 
-        self.prefix = container_and_prefix.strip("/")
+        self._locate(container_and_prefix, scheme, options)
         if not self.prefix or self.prefix.startswith("/"):
             raise InvalidInputError(
                 f"Azure URL {scheme}://{container_and_prefix} names no container; use "
                 f"{scheme}://container/prefix"
             )
         self.scheme = scheme
-        self.url = f"{scheme}://{self.prefix}"
-        self.options = dict(options)
         try:
             # No instance or listing caches: a repository must always see the newest objects.
             self.fs = AzureBlobFileSystem(
@@ -81,73 +79,8 @@ class AzureStorage(Storage):
     def container(self) -> str:
         return self.prefix.split("/", 1)[0]
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"prefix": self.prefix, "scheme": self.scheme, "options": self.options}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["prefix"], state["scheme"], **state["options"])  # type: ignore[misc]
-
-    def _path(self, key: str) -> str:
-        return f"{self.prefix}/{key}"
-
-    def get(self, key: str) -> bytes:
-        return self._read(key, None, None)
-
-    def get_range(self, key: str, start: int, end: int) -> bytes:
-        if end <= start:  # HTTP cannot ask for no bytes; the object must exist all the same
-            if not self.exists(key):
-                raise NotFoundError(f"object {key!r} not found in {self.url}")
-            return b""
-        return self._read(key, start, end)
-
-    def _read(self, key: str, start: int | None, end: int | None) -> bytes:
-        from azure.core.exceptions import HttpResponseError
-
-        def read() -> bytes:
-            try:
-                return bytes(self.fs.cat_file(self._path(key), start=start, end=end))
-            except HttpResponseError as exc:
-                # 416: the range starts at or past the end of a blob that exists. Clipped to
-                # the blob, that range holds no bytes (as on every backend).
-                if start is not None and exc.status_code == 416:
-                    return b""
-                raise
-
-        missing = f"object {key!r} not found in {self.url}"
-        return self._call(read, f"reading {key!r}", missing=missing)
-
-    def put(self, key: str, data: bytes) -> None:
-        self._call(lambda: self.fs.pipe_file(self._path(key), data), f"writing {key!r}")
-
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        def create() -> bool:
-            try:
-                # overwrite=False: azure-storage-blob sends If-None-Match: *.
-                self.fs.pipe_file(self._path(key), data, overwrite=False)
-                return True
-            except FileExistsError as exc:
-                if is_already_exists(exc):
-                    return False
-                # adlfs said "exists" without the server's status: the read-back decides.
-                raise StorageError(f"creating {key!r} in {self.url}: unclear answer") from exc
-
-        return self._call(create, f"creating {key!r}")
-
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        # Blob listings are by string prefix; adlfs takes a folder plus the start of a name.
-        folder, _, stem = prefix.rpartition("/")
-        base = self._path(folder) if folder else self.prefix
-        try:
-            found = self._call(lambda: self._find(base, stem), f"listing {prefix!r}", missing="")
-        except NotFoundError:
-            return
-        skip = len(self.prefix) + 1
-        for path, info in found.items():
-            if info.get("type") == "directory" or not path[skip:].startswith(prefix):
-                continue
-            modified = info.get("last_modified")
-            ms = int(modified.timestamp() * 1000) if isinstance(modified, datetime) else 0
-            yield ObjectInfo(path[skip:], int(info.get("size") or 0), ms)
+    def _opened_with(self) -> tuple[str, ...]:
+        return (self.prefix, self.scheme)
 
     def _find(self, base: str, stem: str) -> dict[str, dict[str, Any]]:
         found = self.fs.find(base, detail=True, prefix=stem)
@@ -156,42 +89,19 @@ class AzureStorage(Storage):
         # adlfs answers a prefix that is one blob's whole name with just that name.
         return {path: self.fs.info(path) for path in found}
 
-    def delete(self, keys: Iterable[str]) -> None:
-        paths = [self._path(k) for k in keys]
-        for start in range(0, len(paths), 256):  # a blob batch holds at most 256 requests
-            batch = paths[start : start + 256]
-            self._call(lambda b=batch: self._remove(b), "deleting objects")  # type: ignore[misc]
+    def _lost_race(self, key: str, exc: Exception) -> bool:
+        if not isinstance(exc, FileExistsError):
+            return False
+        if is_already_exists(exc):
+            return True
+        # adlfs said "exists" without the server's status: the read-back decides.
+        raise StorageError(f"creating {key!r} in {self.url}: unclear answer") from exc
 
-    def _remove(self, paths: builtins.list[str]) -> None:
-        with contextlib.suppress(FileNotFoundError):  # gone already: deleting is idempotent
-            self.fs.rm(paths)
+    def _range_unsatisfiable(self, exc: Exception) -> bool:
+        from azure.core.exceptions import HttpResponseError
 
-    def exists(self, key: str) -> bool:
-        def probe() -> bool:
-            # A blob, not a "folder": adlfs's exists() is true for a prefix with blobs.
-            try:
-                return bool(self.fs.info(self._path(key)).get("type") == "file")
-            except FileNotFoundError:
-                return False
+        # 416 on a blob that exists: the range starts at or past its end.
+        return isinstance(exc, HttpResponseError) and exc.status_code == 416
 
-        return self._call(probe, f"checking {key!r}")
-
-    def _call(self, operation: Callable[[], T], describe: str, missing: str | None = None) -> T:
-        """Run ``operation`` with retries; failures become our errors.
-
-        A storage mistake (credentials, container, endpoint) becomes its one-sentence error;
-        with ``missing``, an absent blob becomes ``NotFoundError(missing)``.
-        """
-        try:
-            return with_retries(operation, f"{describe} in {self.url}")
-        except (NotFoundError, StorageError):
-            raise
-        except Exception as exc:
-            known = classify(exc, Where(self.url, self.container, self.fs.account_name, describe))
-            if known is not None:
-                raise known from exc
-            if isinstance(exc, FileNotFoundError) and missing is not None:
-                raise NotFoundError(missing) from None
-            if isinstance(exc, OSError):
-                raise StorageError(f"{describe} in {self.url} failed: {exc}") from exc
-            raise
+    def _classify(self, exc: Exception, describe: str) -> StorageError | None:
+        return classify(exc, Where(self.url, self.container, self.fs.account_name, describe))

@@ -9,7 +9,6 @@ anything from the request, so no key or SAS token can leak.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import (
@@ -18,6 +17,7 @@ from ..errors import (
     StorageNotFoundError,
     StorageUnreachableError,
 )
+from .causes import causes, first_known
 
 _CREDENTIALS_HELP = (
     "pass the storage options account_name and account_key (or sas_token, or connection_string), "
@@ -54,7 +54,7 @@ def is_already_exists(exc: BaseException) -> bool:
     """
     from azure.core.exceptions import HttpResponseError
 
-    for cause in _chain(exc):
+    for cause in causes(exc):
         if isinstance(cause, HttpResponseError):
             status = cause.status_code
             return status == 412 or (status == 409 and _error_code(cause) == "BlobAlreadyExists")
@@ -70,20 +70,7 @@ def _error_code(exc: BaseException) -> str:
 
 def classify(exc: BaseException, where: Where) -> StorageError | None:
     """Our error for a storage mistake behind ``exc``, or ``None`` when it is none we know."""
-    for cause in _chain(exc):
-        found = _classify_one(cause, where)
-        if found is not None:
-            return found
-    return None
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
+    return first_known(exc, where, _classify_one)
 
 
 def _classify_one(exc: BaseException, where: Where) -> StorageError | None:

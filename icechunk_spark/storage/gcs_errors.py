@@ -11,8 +11,6 @@ server's text or anything from the request, so no credential can leak.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
 
 from ..errors import (
     StorageCredentialsError,
@@ -20,7 +18,7 @@ from ..errors import (
     StorageNotFoundError,
     StorageUnreachableError,
 )
-from .endpoints import without_userinfo
+from .causes import BucketWhere, first_known
 
 _CREDENTIALS_HELP = (
     "pass the storage option token (a service-account JSON file), set "
@@ -31,21 +29,11 @@ _CREDENTIALS_HELP = (
 _FORBIDDEN_PREFIX = "Forbidden: "
 
 
-@dataclass(frozen=True, slots=True)
-class Where:
-    """What we were doing when it failed: the repository URL, the endpoint, the operation."""
+class Where(BucketWhere):
+    """What we were doing when it failed: ``Where(url, endpoint_url or None, describe)``."""
 
-    url: str  # gs://bucket/prefix
-    endpoint: str | None  # the endpoint_url option; None means Google's own
-    describe: str  # "reading 'icechunk.json'"
-
-    @property
-    def bucket(self) -> str:
-        return self.url.removeprefix("gs://").split("/", 1)[0]
-
-    @property
-    def server(self) -> str:
-        return without_userinfo(self.endpoint) if self.endpoint else "Google Cloud Storage"
+    __slots__ = ()
+    own_server = "Google Cloud Storage"
 
     def bucket_missing(self) -> StorageNotFoundError:
         # Only reads can miss an object; a write or a listing answered 404 names a bucket
@@ -58,20 +46,7 @@ class Where:
 
 def classify(exc: BaseException, where: Where) -> StorageError | None:
     """Our error for a storage mistake behind ``exc``, or ``None`` when it is none we know."""
-    for cause in _chain(exc):
-        found = _classify_one(cause, where)
-        if found is not None:
-            return found
-    return None
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
+    return first_known(exc, where, _classify_one)
 
 
 def _classify_one(exc: BaseException, where: Where) -> StorageError | None:

@@ -8,8 +8,7 @@ and never repeat the server's text or anything from the request, so no credentia
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,7 +21,7 @@ from ..errors import (
     StorageNotFoundError,
     StorageUnreachableError,
 )
-from .endpoints import without_userinfo
+from .causes import BucketWhere, first_known
 
 _CREDENTIALS_HELP = (
     "pass the storage options key and secret, set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
@@ -33,39 +32,16 @@ _TOKEN_CODES = frozenset({"ExpiredToken", "InvalidToken", "TokenRefreshRequired"
 _REGION_CODES = frozenset({"PermanentRedirect", "AuthorizationHeaderMalformed"})
 
 
-@dataclass(frozen=True, slots=True)
-class Where:
-    """What we were doing when it failed: the repository URL, the endpoint, the operation."""
+class Where(BucketWhere):
+    """What we were doing when it failed: ``Where(url, endpoint_url or None, describe)``."""
 
-    url: str  # s3://bucket/prefix
-    endpoint: str | None  # the endpoint_url option; None means AWS's own
-    describe: str  # "reading 'icechunk.json'"
-
-    @property
-    def bucket(self) -> str:
-        return self.url.removeprefix("s3://").split("/", 1)[0]
-
-    @property
-    def server(self) -> str:
-        return without_userinfo(self.endpoint) if self.endpoint else "AWS S3"
+    __slots__ = ()
+    own_server = "AWS S3"
 
 
 def classify(exc: BaseException, where: Where) -> StorageError | None:
     """Our error for a storage mistake behind ``exc``, or ``None`` when it is none we know."""
-    for cause in _chain(exc):
-        found = _classify_one(cause, where)
-        if found is not None:
-            return found
-    return None
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
+    return first_known(exc, where, _classify_one)
 
 
 def _classify_one(exc: BaseException, where: Where) -> StorageError | None:
