@@ -42,6 +42,7 @@ from ..splitting import (
 )
 from ..storage import Storage
 from .changes import ChangeSet
+from .overlay import current_nodes
 from .snapshot import SnapshotView
 from .staged import StagedRefs, narrowed, read_staged, within_span
 
@@ -56,17 +57,6 @@ class BuiltSnapshot:
     structure_id: str
     nodes: Mapping[str, Node]
     written: tuple[str, ...]  # every key written, so an abandoned build can be cleaned up
-
-
-def current_nodes(base: SnapshotView, changes: ChangeSet) -> dict[str, Node]:
-    """The node set after ``changes``: base nodes minus deleted, plus created and updated."""
-    nodes = {p: n for p, n in base.nodes.items() if p not in changes.deleted}
-    for path, node in changes.updated.items():
-        old = nodes.get(path)
-        manifests = old.manifests if old is not None and old.id == node.id else node.manifests
-        nodes[path] = make_node(node.id, path, node.zarr_json, manifests)
-    nodes.update(changes.created)
-    return nodes
 
 
 def build_snapshot(
@@ -343,6 +333,7 @@ def _chunk_change_tables(changes: ChangeSet, arrays: Mapping[int, Node]) -> list
     ]
 
 
+# current_nodes lives in overlay.py; core/commit.py and core/session.py still import it from here.
 __all__ = ["BuiltSnapshot", "build_snapshot", "current_nodes"]
 
 

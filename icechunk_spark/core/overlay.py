@@ -16,6 +16,17 @@ from .snapshot import ChunkRef, SnapshotView, row_ref
 from .staged import read_staged
 
 
+def current_nodes(base: SnapshotView, changes: ChangeSet) -> dict[str, Node]:
+    """The node set after ``changes``: base nodes minus deleted, plus created and updated."""
+    nodes = {p: n for p, n in base.nodes.items() if p not in changes.deleted}
+    for path, node in changes.updated.items():
+        old = nodes.get(path)
+        manifests = old.manifests if old is not None and old.id == node.id else node.manifests
+        nodes[path] = make_node(node.id, path, node.zarr_json, manifests)
+    nodes.update(changes.created)
+    return nodes
+
+
 def node_at(base: SnapshotView, changes: ChangeSet, path: str) -> Node:
     """The node at (normalized) ``path``. Raises ``NotFoundError``."""
     with changes.lock:
