@@ -6,17 +6,16 @@ swap in ``Session.commit``. Building is repeatable: a rebase simply builds again
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import RepeatedCoordError
-from ..format.coords import decode_coords
+from ..format.coords import coords_extent, decode_coords
 from ..format.ids import new_object_id
 from ..format.keys import attributes_key, manifest_key, structure_key, txlog_key
 from ..format.manifest import (
@@ -30,6 +29,7 @@ from ..format.manifest import (
 )
 from ..format.structure import ManifestRef, Node, encode_structure, make_node
 from ..format.txlog import ChangeKind, NodeChange, chunk_changes, encode_txlog
+from ..pools import bounded_map
 from ..progress import Progress, track
 from ..splitting import (
     ArrayStats,
@@ -155,7 +155,12 @@ def write_array_manifest(
     refs = with_array_id(conform_refs(refs), node_id)
     manifest_id = new_object_id()
     storage.put(manifest_key(manifest_id), encode_manifest(refs, presorted=True))
-    return ManifestRef(manifest_id, coords_extent(refs, ndim), int(refs.num_rows), set_name)
+    return ManifestRef(
+        manifest_id,
+        coords_extent(decode_coords(refs.column("coord"), ndim)),
+        int(refs.num_rows),
+        set_name,
+    )
 
 
 def _modified_arrays(
@@ -273,7 +278,7 @@ def _write_manifests(
                     node_id,
                     ManifestRef(
                         manifest_id,
-                        coords_extent(refs, meta.ndim),
+                        coords_extent(decode_coords(refs.column("coord"), meta.ndim)),
                         refs.num_rows,
                         manifest.set_name,
                     ),
@@ -295,17 +300,6 @@ def _write_manifests(
         for node_id, ref in pairs:
             result.setdefault(node_id, []).append(ref)
     return result
-
-
-def coords_extent(refs: pa.Table, ndim: int) -> tuple[tuple[int, int], ...]:
-    """Per dimension ``[min, max + 1)`` of the refs' chunk coords."""
-    if ndim == 0 or refs.num_rows == 0:
-        return ()
-    coords = decode_coords(refs.column("coord"), ndim)
-    return tuple(
-        (int(lo), int(hi) + 1)
-        for lo, hi in zip(coords.min(axis=0), coords.max(axis=0), strict=True)
-    )
 
 
 def _node_changes(changes: ChangeSet, arrays: Mapping[int, Node]) -> list[NodeChange]:
@@ -454,23 +448,6 @@ def _axis_index(refs: pa.Table, ndim: int, axis: int) -> np.ndarray:
 
 
 # -- arrays whose refs are staged in files ----------------------------------------------------
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def bounded_map(
-    pool: Executor, fn: Callable[[T], R], items: Sequence[T], limit: int | None
-) -> Iterator[R]:
-    """``pool.map`` with at most ``limit`` calls in flight (all at once when ``None``).
-
-    Results come in order; each window of ``limit`` items finishes before the next starts.
-    """
-    if limit is None:
-        yield from pool.map(fn, items)
-        return
-    for start in range(0, len(items), limit):
-        yield from pool.map(fn, items[start : start + limit])
 
 
 @dataclass(frozen=True, slots=True, eq=False)
