@@ -12,10 +12,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..errors import RepeatedCoordError
-from ..format.coords import coords_extent, decode_coords
 from ..format.ids import new_object_id
 from ..format.keys import attributes_key, manifest_key, structure_key, txlog_key
 from ..format.manifest import (
@@ -23,7 +21,6 @@ from ..format.manifest import (
     conform_refs,
     decode_manifest,
     encode_manifest,
-    merge_refs,
     refs_of_array,
     with_array_id,
 )
@@ -42,9 +39,10 @@ from ..splitting import (
 )
 from ..storage import Storage
 from .changes import ChangeSet
+from .coord_refs import CoordRefs
 from .overlay import current_nodes
 from .snapshot import SnapshotView
-from .staged import StagedRefs, narrowed, read_staged, within_span
+from .staged import StagedRefs, narrowed, read_staged_refs
 
 # Manifests built from staged refs are written this many at a time in the committing process:
 # each holds up to a set's max-manifest-size refs in memory while it is merged and encoded.
@@ -152,15 +150,17 @@ def write_array_manifest(
     ``refs`` are sorted by coord, one row a coord (as ``merge_refs`` returns them): merging
     again would copy a million-row table twice more for nothing.
     """
-    refs = with_array_id(conform_refs(refs), node_id)
+    return write_refs_manifest(storage, node_id, CoordRefs(refs, ndim), set_name)
+
+
+def write_refs_manifest(
+    storage: Storage, node_id: int, refs: CoordRefs, set_name: str
+) -> ManifestRef:
+    """``write_array_manifest`` of refs whose coords may be decoded already."""
+    table = with_array_id(conform_refs(refs.table), node_id)
     manifest_id = new_object_id()
-    storage.put(manifest_key(manifest_id), encode_manifest(refs, presorted=True))
-    return ManifestRef(
-        manifest_id,
-        coords_extent(decode_coords(refs.column("coord"), ndim)),
-        int(refs.num_rows),
-        set_name,
-    )
+    storage.put(manifest_key(manifest_id), encode_manifest(table, presorted=True))
+    return ManifestRef(manifest_id, refs.extent(), refs.num_rows, set_name)
 
 
 def _modified_arrays(
@@ -184,8 +184,9 @@ def _merge_modified(
     arrays: Mapping[int, Node],
     modified: set[int],
     stats: Mapping[int, pa.Table],
-) -> dict[int, pa.Table]:
-    merged: dict[int, pa.Table] = {}
+) -> dict[int, CoordRefs]:
+    """Committed refs overlaid with the session's, within the grid, of each array written."""
+    out: dict[int, CoordRefs] = {}
     for node_id in modified:
         node = arrays.get(node_id)
         if node is None or node.meta is None:
@@ -199,22 +200,18 @@ def _merge_modified(
             layers.extend(
                 attach_stats(t, stats.get(node_id)) for t in array_changes.layers(node_id)
             )
-        refs = merge_refs(layers, node.meta.ndim)
-        merged[node_id] = _within_grid(refs, node)
-    return merged
-
-
-def _within_grid(refs: pa.Table, node: Node) -> pa.Table:
-    assert node.meta is not None
-    return _inside(refs, node.meta.grid_shape)
+        ndim = node.meta.ndim
+        refs = CoordRefs.merge([CoordRefs(t, ndim) for t in layers], ndim)
+        out[node_id] = refs.inside(node.meta.grid_shape)
+    return out
 
 
 def _ref_count(
-    base: SnapshotView, changes: ChangeSet, node: Node, merged: Mapping[int, pa.Table]
+    base: SnapshotView, changes: ChangeSet, node: Node, merged: Mapping[int, CoordRefs]
 ) -> int:
-    table = merged.get(node.id)
-    if table is not None:
-        return int(table.num_rows)
+    refs = merged.get(node.id)
+    if refs is not None:
+        return refs.num_rows
     staged = changes.staged_refs(node.id)
     if staged is None:
         return node.ref_count
@@ -247,12 +244,12 @@ def _write_manifests(
     planned: Sequence[PlannedManifest],
     arrays: Mapping[int, Node],
     base: SnapshotView,
-    merged: Mapping[int, pa.Table],
+    merged: Mapping[int, CoordRefs],
     staged: _StagedReader,
     written: list[str],
     progress: Progress | None,
 ) -> dict[int, list[ManifestRef]]:
-    def refs_for(node_id: int) -> pa.Table:
+    def refs_for(node_id: int) -> CoordRefs:
         if node_id in merged:
             return merged[node_id]
         node = arrays[node_id]
@@ -260,7 +257,10 @@ def _write_manifests(
             return staged.whole_array(node)
         # In the closure but unchanged: carry its refs over as they are.
         assert node.meta is not None
-        return merge_refs(base.array_refs(base.nodes[node.path]), node.meta.ndim)
+        ndim = node.meta.ndim
+        return CoordRefs.merge(
+            [CoordRefs(t, ndim) for t in base.array_refs(base.nodes[node.path])], ndim
+        )
 
     def write_one(manifest: PlannedManifest) -> list[tuple[int, ManifestRef]]:
         manifest_id = new_object_id()
@@ -269,21 +269,9 @@ def _write_manifests(
             refs = refs_for(node_id)
             if refs.num_rows == 0:
                 continue
-            refs = with_array_id(refs, node_id)
-            meta = arrays[node_id].meta
-            assert meta is not None
-            tables.append(refs)
-            out.append(
-                (
-                    node_id,
-                    ManifestRef(
-                        manifest_id,
-                        coords_extent(decode_coords(refs.column("coord"), meta.ndim)),
-                        refs.num_rows,
-                        manifest.set_name,
-                    ),
-                )
-            )
+            tables.append(with_array_id(refs.table, node_id))
+            ref = ManifestRef(manifest_id, refs.extent(), refs.num_rows, manifest.set_name)
+            out.append((node_id, ref))
         if tables:
             # Arrays in id order, each sorted by coord (merge_refs): already the manifest order.
             data = encode_manifest(
@@ -373,35 +361,35 @@ def _write_split_array(
     ndim, axis = node.meta.ndim, spec.axis
     base_node = base.nodes.get(node.path)
     pieces = base_node.manifests if base_node is not None and base_node.id == node.id else ()
+    grid_shape = node.meta.grid_shape
     array_changes = changes.chunks.get(node.id)
     layers = (
-        [attach_stats(t, stats) for t in array_changes.layers(node.id)]
+        [CoordRefs(attach_stats(t, stats), ndim) for t in array_changes.layers(node.id)]
         if array_changes is not None
         else []
     )
-    changed = decode_coords(array_changes.changed_coords(), ndim) if array_changes else None
-    touched = set() if changed is None else {spec.piece_of(int(i)) for i in changed[:, axis]}
-    grid_end = node.meta.grid_shape[axis]
-    kept, rewritten = _kept_pieces(pieces, spec, grid_end, touched, changes.repack_all)
+    # The pieces of every coord the session wrote or deleted.
+    touched = {spec.piece_of(int(i)) for i in np.unique(_indices(layers, axis))}
+    kept, rewritten = _kept_pieces(pieces, spec, grid_shape[axis], touched, changes.repack_all)
 
-    old = {m: base.ref_index(base_node, m).table for m in rewritten} if base_node else {}
-    # Decode each source's coords along the axis once, not once per piece.
-    sources = [(m.extent[axis], t) for m, t in old.items()] + [(None, t) for t in layers]
-    indexes = [_axis_index(t, ndim, axis) for _, t in sources]
+    old = [(m, base.ref_index(base_node, m).table) for m in rewritten] if base_node else []
+    sources = [(m.extent[axis], CoordRefs(t, ndim)) for m, t in old] + [(None, t) for t in layers]
+    for _, refs in sources:
+        refs.decode()  # once, here: the pieces are cut from them side by side in threads
 
-    def piece_layers(piece: int) -> list[pa.Table]:
+    def piece_layers(piece: int) -> list[CoordRefs]:
         lo, hi = spec.piece_range(piece)
-        out = []
-        for (extent, table), index in zip(sources, indexes, strict=True):
-            if extent is None or (extent[0] < hi and lo < extent[1]):
-                out.append(table.filter(pa.array((index >= lo) & (index < hi))))
-        return out
+        return [
+            refs.within(axis, (lo, hi))
+            for extent, refs in sources
+            if extent is None or (extent[0] < hi and lo < extent[1])
+        ]
 
     def write_piece(piece: int) -> ManifestRef | None:
-        refs = _within_grid(merge_refs(piece_layers(piece), ndim), node)
+        refs = CoordRefs.merge(piece_layers(piece), ndim).inside(grid_shape)
         if refs.num_rows == 0:
             return None
-        ref = write_array_manifest(storage, node.id, ndim, refs, spec.set_name)
+        ref = write_refs_manifest(storage, node.id, refs, spec.set_name)
         written.append(manifest_key(ref.manifest_id))
         return ref
 
@@ -441,10 +429,9 @@ def _pieces_of(spec: SplitSpec, extent: tuple[int, int]) -> range:
     return range(spec.piece_of(extent[0]), spec.piece_of(extent[1] - 1) + 1)
 
 
-def _axis_index(refs: pa.Table, ndim: int, axis: int) -> np.ndarray:
-    if refs.num_rows == 0:
-        return np.empty(0, dtype=np.int64)
-    return decode_coords(refs.column("coord"), ndim)[:, axis]
+def _indices(layers: Sequence[CoordRefs], axis: int) -> np.ndarray:
+    """Every index along ``axis`` of the layers' coords."""
+    return np.concatenate([refs.coords[:, axis] for refs in layers] or [np.empty(0, np.int64)])
 
 
 # -- arrays whose refs are staged in files ----------------------------------------------------
@@ -485,40 +472,26 @@ def write_piece_task(storage: Storage, task: PieceTask) -> ManifestRef | None:
     for manifest_id in task.old:
         key = manifest_key(manifest_id)
         refs = refs_of_array(decode_manifest(storage.get(key), key), task.node_id)
-        layers.append(within_span(refs, ndim, task.axis, task.span))
+        layers.append(CoordRefs(refs, ndim).within(task.axis, task.span))
     old = len(layers)
-    for table in read_staged(storage, task.staged, task.axis, task.span):
-        layers.append(_without(table, task.drop))
-    refs = _inside(_merge_staged(layers, old, ndim, task.path), task.grid_shape)
-    if refs.num_rows == 0:
+    staged = read_staged_refs(storage, task.staged, task.axis, task.span)
+    layers += [refs.without(task.drop) for refs in staged]
+    piece = _merge_staged(layers, old, ndim, task.path).inside(task.grid_shape)
+    if piece.num_rows == 0:
         return None
-    return write_array_manifest(storage, task.node_id, ndim, refs, task.set_name)
+    return write_refs_manifest(storage, task.node_id, piece, task.set_name)
 
 
-def _merge_staged(layers: list[pa.Table], first_staged: int, ndim: int, path: str) -> pa.Table:
-    """``merge_refs`` of committed layers then one layer per staged write (each unordered).
+def _merge_staged(layers: list[CoordRefs], first_staged: int, ndim: int, path: str) -> CoordRefs:
+    """Committed layers merged with one layer per staged write (each unordered) over them.
 
     Raises:
         RepeatedCoordError: one write staged a coord twice.
     """
     try:
-        return merge_refs(layers, ndim, unordered=range(first_staged, len(layers)))
+        return CoordRefs.merge(layers, ndim, unordered=range(first_staged, len(layers)))
     except RepeatedCoordError as repeated:
         raise repeated.for_array(path) from None
-
-
-def _without(table: pa.Table, drop: pa.Array | None) -> pa.Table:
-    if drop is None or table.num_rows == 0:
-        return table
-    return table.filter(pc.invert(pc.is_in(table.column("coord"), drop)))
-
-
-def _inside(refs: pa.Table, grid_shape: Sequence[int]) -> pa.Table:
-    if refs.num_rows == 0 or not grid_shape:
-        return refs
-    coords = decode_coords(refs.column("coord"), len(grid_shape))
-    inside = np.all(coords < np.asarray(grid_shape, dtype=np.int64), axis=1)
-    return refs if inside.all() else refs.filter(pa.array(inside))
 
 
 def _staged_piece_tasks(
@@ -604,15 +577,16 @@ class _StagedReader:
     def has(self, node_id: int) -> bool:
         return node_id in self._changes.staged
 
-    def whole_array(self, node: Node) -> pa.Table:
+    def whole_array(self, node: Node) -> CoordRefs:
         staged = self._changes.staged_refs(node.id)
         assert staged is not None and node.meta is not None
-        layers = []
+        ndim = node.meta.ndim
+        layers: list[CoordRefs] = []
         committed = self._base.nodes.get(node.path)
         if committed is not None and committed.id == node.id:
-            layers.extend(self._base.array_refs(committed))
+            layers.extend(CoordRefs(t, ndim) for t in self._base.array_refs(committed))
         drop = self._changes.staged_drop(node.id)
         committed_layers = len(layers)
-        layers += [_without(t, drop) for t in read_staged(self._storage, staged)]
-        refs = _merge_staged(layers, committed_layers, node.meta.ndim, node.path)
-        return _inside(refs, node.meta.grid_shape)
+        layers += [refs.without(drop) for refs in read_staged_refs(self._storage, staged)]
+        refs = _merge_staged(layers, committed_layers, ndim, node.path)
+        return refs.inside(node.meta.grid_shape)

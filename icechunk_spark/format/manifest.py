@@ -133,10 +133,28 @@ def merge_refs(
     Raises:
         RepeatedCoordError: a layer in ``unordered`` holds a coord twice.
     """
+    combined, rows = merge_order(layers, ndim, drop_tombstones, unordered)
+    return combined.take(pa.array(rows))
+
+
+def merge_order(
+    layers: Sequence[pa.Table],
+    ndim: int,
+    drop_tombstones: bool = True,
+    unordered: Collection[int] = (),
+) -> tuple[pa.Table, np.ndarray]:
+    """``merge_refs`` as (the layers as one table, the rows of it the merge keeps, in order).
+
+    For a caller that holds other per-row data of the layers (their decoded coords): the
+    same rows of it, laid end to end in layer order, line up with the merged table.
+
+    Raises:
+        RepeatedCoordError: a layer in ``unordered`` holds a coord twice.
+    """
     sizes = [t.num_rows for t in layers]
     layers = [t for t in layers if t.num_rows]
     if not layers:
-        return empty_refs()
+        return empty_refs(), np.empty(0, dtype=np.int64)
     combined = pa.concat_tables([conform_refs(t) for t in layers], promote_options="permissive")
     combined = combined.combine_chunks()
     keys = coord_keys(combined.column("coord"), ndim)
@@ -155,8 +173,10 @@ def merge_refs(
     # Last occurrence of each coord: the row whose successor has a different coord.
     last = np.ones(len(order), dtype=bool)
     last[:-1] = ~repeated
-    result = combined.take(pa.array(order[last]))
-    return result.filter(pc.invert(is_tombstone(result))) if drop_tombstones else result
+    rows = order[last]
+    if drop_tombstones:
+        rows = rows[~is_tombstone(combined).to_numpy()[rows]]
+    return combined, rows
 
 
 def _refuse_repeats(twice: np.ndarray, sorted_keys: np.ndarray, ndim: int) -> None:
