@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..format.coords import coords_extent, decode_coords
-from ..format.manifest import merge_order
+from ..format.merge import merge_order
 
 
 class CoordRefs:

@@ -57,7 +57,8 @@ from ..errors import ForkConflictError, ForkError, InvalidInputError, NotFoundEr
 from ..format.coords import coord_keys, decode_coord, decode_coords, encode_coord
 from ..format.ids import new_object_id
 from ..format.keys import fork_marker_key, fork_markers_prefix, object_id
-from ..format.manifest import attach_stats, merge_refs
+from ..format.manifest import attach_stats
+from ..format.merge import merge_refs
 from ..format.paths import normalize_path
 from ..format.structure import Node
 from ..storage import Storage

@@ -8,7 +8,8 @@ import pyarrow.compute as pc
 from ..chunks.stats import StatsLog
 from ..errors import NotFoundError
 from ..format.coords import encode_coord
-from ..format.manifest import attach_stats, merge_refs
+from ..format.manifest import attach_stats
+from ..format.merge import merge_refs
 from ..format.structure import Node, make_node
 from ..storage import Storage
 from .changes import ChangeSet
