@@ -22,6 +22,7 @@ LAYERS = {
     "retry": 0,
     "progress": 0,
     "exit": 0,
+    "pools": 0,
     "format": 1,
     "storage": 2,
     "chunks": 3,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from icechunk_spark import Repository
-from icechunk_spark.core.flush import write_array_manifest
+from icechunk_spark.core.manifest_writes import write_array_manifest
 from icechunk_spark.storage import open_storage
 from tests.support.counting import CountingStorage
 

@@ -18,7 +18,8 @@ import pyarrow.compute as pc
 
 from ..errors import InvalidInputError
 from ..format.coords import coord_keys, keys_to_coords
-from ..format.manifest import REF_SCHEMA, conform_refs, merge_refs, with_array_id
+from ..format.manifest import REF_SCHEMA, conform_refs, with_array_id
+from ..format.merge import merge_refs
 from ..format.structure import ManifestRef, Node
 from .snapshot import ChunkRef, row_ref
 from .staged import StagedRefs, union

@@ -2,52 +2,55 @@
 
 Everything written here is a new immutable object; nothing is visible until the state file
 swap in ``Session.commit``. Building is repeatable: a rebase simply builds again on the new tip.
+
+The build plans which arrays share manifests (``splitting``), then writes: packed manifests
+(``manifest_writes``), split arrays' touched pieces (``split_writes``), arrays whose refs are
+staged in files (``staged_writes``), and last the transaction log and structure file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import TypeVar
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from ..errors import RepeatedCoordError
-from ..format.coords import decode_coords
 from ..format.ids import new_object_id
-from ..format.keys import attributes_key, manifest_key, structure_key, txlog_key
-from ..format.manifest import (
-    attach_stats,
-    conform_refs,
-    decode_manifest,
-    encode_manifest,
-    merge_refs,
-    refs_of_array,
-    with_array_id,
-)
-from ..format.structure import ManifestRef, Node, encode_structure, make_node
+from ..format.keys import attributes_key, structure_key, txlog_key
+from ..format.manifest import attach_stats
+from ..format.structure import Node, encode_structure, make_node
 from ..format.txlog import ChangeKind, NodeChange, chunk_changes, encode_txlog
-from ..progress import Progress, track
-from ..splitting import (
-    ArrayStats,
-    ExistingManifest,
-    ManifestConfig,
-    PlannedManifest,
-    SplitSpec,
-    plan_manifests,
-    split_spec,
-)
+from ..progress import Progress
+from ..splitting import ArrayStats, ExistingManifest, ManifestConfig, plan_manifests
 from ..storage import Storage
 from .changes import ChangeSet
+from .coord_refs import CoordRefs
+from .manifest_writes import write_packed_manifests
+from .overlay import current_nodes
 from .snapshot import SnapshotView
-from .staged import StagedRefs, narrowed, read_staged, within_span
+from .split_writes import split_arrays, write_split_array
+from .staged_writes import (
+    STAGED_CONCURRENCY,
+    PieceRunner,
+    PieceTask,
+    StagedReader,
+    local_runner,
+    write_piece_task,
+    write_staged_pieces,
+)
 
-# Manifests built from staged refs are written this many at a time in the committing process:
-# each holds up to a set's max-manifest-size refs in memory while it is merged and encoded.
-STAGED_CONCURRENCY = 2
+# Names that live elsewhere now but are still imported from here: current_nodes (overlay.py)
+# by core/commit.py and core/session.py; PieceRunner, PieceTask and write_piece_task
+# (staged_writes.py) by spark/coordinator.py and spark/distributed.py.
+__all__ = [
+    "BuiltSnapshot",
+    "PieceRunner",
+    "PieceTask",
+    "build_snapshot",
+    "current_nodes",
+    "write_piece_task",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,17 +59,6 @@ class BuiltSnapshot:
     structure_id: str
     nodes: Mapping[str, Node]
     written: tuple[str, ...]  # every key written, so an abandoned build can be cleaned up
-
-
-def current_nodes(base: SnapshotView, changes: ChangeSet) -> dict[str, Node]:
-    """The node set after ``changes``: base nodes minus deleted, plus created and updated."""
-    nodes = {p: n for p, n in base.nodes.items() if p not in changes.deleted}
-    for path, node in changes.updated.items():
-        old = nodes.get(path)
-        manifests = old.manifests if old is not None and old.id == node.id else node.manifests
-        nodes[path] = make_node(node.id, path, node.zarr_json, manifests)
-    nodes.update(changes.created)
-    return nodes
 
 
 def build_snapshot(
@@ -88,7 +80,7 @@ def build_snapshot(
     arrays = {n.id: n for n in nodes.values() if n.type == "array"}
     base_arrays = {n.id: n for n in base.nodes.values() if n.type == "array"}
     modified = _modified_arrays(base_arrays, arrays, changes)
-    splits = _split_arrays(base, changes, arrays, modified, manifest_config)
+    splits = split_arrays(base, changes, arrays, modified, manifest_config)
     # Attached and split arrays get manifests of their own, outside the set packing; to the
     # plan they look deleted, so any manifest they shared is rewritten without them.
     own = {i for i in changes.attached if i in arrays} | set(splits)
@@ -106,20 +98,21 @@ def build_snapshot(
     plan = plan_manifests(counts, existing, modified, manifest_config, created - own)
 
     written: list[str] = []
-    staged_reader = _StagedReader(storage, base, changes)
-    new_refs = _write_manifests(
-        storage, pool, plan.new_manifests, arrays, base, merged, staged_reader, written, progress
+    refs_for = _refs_source(base, arrays, merged, StagedReader(storage, base, changes))
+    limit = STAGED_CONCURRENCY if changes.staged else None
+    new_refs = write_packed_manifests(
+        storage, pool, plan.new_manifests, refs_for, limit, written, progress
     )
     staged_splits = {i: spec for i, spec in splits.items() if i in changes.staged}
     if staged_splits:
-        runner = piece_runner or _local_runner(storage, pool)
-        new_refs |= _write_staged_pieces(
+        runner = piece_runner or local_runner(storage, pool)
+        new_refs |= write_staged_pieces(
             runner, base, changes, arrays, staged_splits, written, progress
         )
     for node_id, spec in splits.items():
         if node_id in staged_splits:
             continue
-        new_refs[node_id] = _write_split_array(
+        new_refs[node_id] = write_split_array(
             storage,
             pool,
             base,
@@ -154,20 +147,6 @@ def build_snapshot(
     return BuiltSnapshot(snapshot_id, structure_id, final, tuple(written))
 
 
-def write_array_manifest(
-    storage: Storage, node_id: int, ndim: int, refs: pa.Table, set_name: str = "default"
-) -> ManifestRef:
-    """Write one manifest holding ``refs`` of one array; returns the structure's ref to it.
-
-    ``refs`` are sorted by coord, one row a coord (as ``merge_refs`` returns them): merging
-    again would copy a million-row table twice more for nothing.
-    """
-    refs = with_array_id(conform_refs(refs), node_id)
-    manifest_id = new_object_id()
-    storage.put(manifest_key(manifest_id), encode_manifest(refs, presorted=True))
-    return ManifestRef(manifest_id, coords_extent(refs, ndim), int(refs.num_rows), set_name)
-
-
 def _modified_arrays(
     base_arrays: Mapping[int, Node], arrays: Mapping[int, Node], changes: ChangeSet
 ) -> set[int]:
@@ -189,8 +168,9 @@ def _merge_modified(
     arrays: Mapping[int, Node],
     modified: set[int],
     stats: Mapping[int, pa.Table],
-) -> dict[int, pa.Table]:
-    merged: dict[int, pa.Table] = {}
+) -> dict[int, CoordRefs]:
+    """Committed refs overlaid with the session's, within the grid, of each array written."""
+    out: dict[int, CoordRefs] = {}
     for node_id in modified:
         node = arrays.get(node_id)
         if node is None or node.meta is None:
@@ -204,22 +184,18 @@ def _merge_modified(
             layers.extend(
                 attach_stats(t, stats.get(node_id)) for t in array_changes.layers(node_id)
             )
-        refs = merge_refs(layers, node.meta.ndim)
-        merged[node_id] = _within_grid(refs, node)
-    return merged
-
-
-def _within_grid(refs: pa.Table, node: Node) -> pa.Table:
-    assert node.meta is not None
-    return _inside(refs, node.meta.grid_shape)
+        ndim = node.meta.ndim
+        refs = CoordRefs.merge([CoordRefs(t, ndim) for t in layers], ndim)
+        out[node_id] = refs.inside(node.meta.grid_shape)
+    return out
 
 
 def _ref_count(
-    base: SnapshotView, changes: ChangeSet, node: Node, merged: Mapping[int, pa.Table]
+    base: SnapshotView, changes: ChangeSet, node: Node, merged: Mapping[int, CoordRefs]
 ) -> int:
-    table = merged.get(node.id)
-    if table is not None:
-        return int(table.num_rows)
+    refs = merged.get(node.id)
+    if refs is not None:
+        return refs.num_rows
     staged = changes.staged_refs(node.id)
     if staged is None:
         return node.ref_count
@@ -246,18 +222,15 @@ def _existing_manifests(base_arrays: Iterable[Node]) -> list[ExistingManifest]:
     ]
 
 
-def _write_manifests(
-    storage: Storage,
-    pool: ThreadPoolExecutor,
-    planned: Sequence[PlannedManifest],
-    arrays: Mapping[int, Node],
+def _refs_source(
     base: SnapshotView,
-    merged: Mapping[int, pa.Table],
-    staged: _StagedReader,
-    written: list[str],
-    progress: Progress | None,
-) -> dict[int, list[ManifestRef]]:
-    def refs_for(node_id: int) -> pa.Table:
+    arrays: Mapping[int, Node],
+    merged: Mapping[int, CoordRefs],
+    staged: StagedReader,
+) -> Callable[[int], CoordRefs]:
+    """Where each packed array's refs come from, read when its manifest is written."""
+
+    def refs_for(node_id: int) -> CoordRefs:
         if node_id in merged:
             return merged[node_id]
         node = arrays[node_id]
@@ -265,57 +238,12 @@ def _write_manifests(
             return staged.whole_array(node)
         # In the closure but unchanged: carry its refs over as they are.
         assert node.meta is not None
-        return merge_refs(base.array_refs(base.nodes[node.path]), node.meta.ndim)
+        ndim = node.meta.ndim
+        return CoordRefs.merge(
+            [CoordRefs(t, ndim) for t in base.array_refs(base.nodes[node.path])], ndim
+        )
 
-    def write_one(manifest: PlannedManifest) -> list[tuple[int, ManifestRef]]:
-        manifest_id = new_object_id()
-        tables, out = [], []
-        for node_id in sorted(manifest.array_ids):
-            refs = refs_for(node_id)
-            if refs.num_rows == 0:
-                continue
-            refs = with_array_id(refs, node_id)
-            meta = arrays[node_id].meta
-            assert meta is not None
-            tables.append(refs)
-            out.append(
-                (
-                    node_id,
-                    ManifestRef(
-                        manifest_id,
-                        coords_extent(refs, meta.ndim),
-                        refs.num_rows,
-                        manifest.set_name,
-                    ),
-                )
-            )
-        if tables:
-            # Arrays in id order, each sorted by coord (merge_refs): already the manifest order.
-            data = encode_manifest(
-                pa.concat_tables(tables, promote_options="permissive"), presorted=True
-            )
-            storage.put(manifest_key(manifest_id), data)
-            written.append(manifest_key(manifest_id))
-        return out
-
-    result: dict[int, list[ManifestRef]] = {}
-    limit = STAGED_CONCURRENCY if staged.any() else None
-    done = bounded_map(pool, write_one, planned, limit)
-    for pairs in track(progress, "writing manifests", done, len(planned)):
-        for node_id, ref in pairs:
-            result.setdefault(node_id, []).append(ref)
-    return result
-
-
-def coords_extent(refs: pa.Table, ndim: int) -> tuple[tuple[int, int], ...]:
-    """Per dimension ``[min, max + 1)`` of the refs' chunk coords."""
-    if ndim == 0 or refs.num_rows == 0:
-        return ()
-    coords = decode_coords(refs.column("coord"), ndim)
-    return tuple(
-        (int(lo), int(hi) + 1)
-        for lo, hi in zip(coords.min(axis=0), coords.max(axis=0), strict=True)
-    )
+    return refs_for
 
 
 def _node_changes(changes: ChangeSet, arrays: Mapping[int, Node]) -> list[NodeChange]:
@@ -341,310 +269,3 @@ def _chunk_change_tables(changes: ChangeSet, arrays: Mapping[int, Node]) -> list
         for node_id, c in changes.chunks.items()
         if node_id in arrays and len(c)
     ]
-
-
-__all__ = ["BuiltSnapshot", "build_snapshot", "current_nodes"]
-
-
-def _split_arrays(
-    base: SnapshotView,
-    changes: ChangeSet,
-    arrays: Mapping[int, Node],
-    modified: set[int],
-    config: ManifestConfig,
-) -> dict[int, SplitSpec]:
-    """The modified arrays to split over several manifests, decided on an upper bound of refs."""
-    out = {}
-    for node_id in modified:
-        node = arrays.get(node_id)
-        if node is None or node.meta is None or node_id in changes.attached:
-            continue
-        base_node = base.nodes.get(node.path)
-        committed = base_node.ref_count if base_node is not None and base_node.id == node_id else 0
-        array_changes = changes.chunks.get(node_id)
-        estimate = committed + (len(array_changes) if array_changes is not None else 0)
-        staged = changes.staged_refs(node_id)
-        estimate += staged.count if staged is not None else 0
-        stats = ArrayStats(node_id, node.path, node.meta.metadata_chunks, estimate)
-        spec = split_spec(stats, node.meta.grid_shape, node.meta.dimension_names, config)
-        if spec is not None:
-            out[node_id] = spec
-    return out
-
-
-def _write_split_array(
-    storage: Storage,
-    pool: ThreadPoolExecutor,
-    base: SnapshotView,
-    changes: ChangeSet,
-    node: Node,
-    spec: SplitSpec,
-    written: list[str],
-    stats: pa.Table | None = None,
-    progress: Progress | None = None,
-) -> list[ManifestRef]:
-    """Rewrite only the pieces the session touched; keep the others' manifests as they are."""
-    assert node.meta is not None
-    ndim, axis = node.meta.ndim, spec.axis
-    base_node = base.nodes.get(node.path)
-    pieces = base_node.manifests if base_node is not None and base_node.id == node.id else ()
-    array_changes = changes.chunks.get(node.id)
-    layers = (
-        [attach_stats(t, stats) for t in array_changes.layers(node.id)]
-        if array_changes is not None
-        else []
-    )
-    changed = decode_coords(array_changes.changed_coords(), ndim) if array_changes else None
-    touched = set() if changed is None else {spec.piece_of(int(i)) for i in changed[:, axis]}
-    grid_end = node.meta.grid_shape[axis]
-    kept, rewritten = _kept_pieces(pieces, spec, grid_end, touched, changes.repack_all)
-
-    old = {m: base.ref_index(base_node, m).table for m in rewritten} if base_node else {}
-    # Decode each source's coords along the axis once, not once per piece.
-    sources = [(m.extent[axis], t) for m, t in old.items()] + [(None, t) for t in layers]
-    indexes = [_axis_index(t, ndim, axis) for _, t in sources]
-
-    def piece_layers(piece: int) -> list[pa.Table]:
-        lo, hi = spec.piece_range(piece)
-        out = []
-        for (extent, table), index in zip(sources, indexes, strict=True):
-            if extent is None or (extent[0] < hi and lo < extent[1]):
-                out.append(table.filter(pa.array((index >= lo) & (index < hi))))
-        return out
-
-    def write_piece(piece: int) -> ManifestRef | None:
-        refs = _within_grid(merge_refs(piece_layers(piece), ndim), node)
-        if refs.num_rows == 0:
-            return None
-        ref = write_array_manifest(storage, node.id, ndim, refs, spec.set_name)
-        written.append(manifest_key(ref.manifest_id))
-        return ref
-
-    done = pool.map(write_piece, sorted(touched))
-    stage = f"writing manifests of {node.path}"
-    new = [r for r in track(progress, stage, done, len(touched)) if r is not None]
-    return sorted([*kept, *new], key=lambda m: m.extent)
-
-
-def _kept_pieces(
-    pieces: Sequence[ManifestRef],
-    spec: SplitSpec,
-    grid_end: int,
-    touched: set[int],
-    repack_all: bool,
-) -> tuple[list[ManifestRef], list[ManifestRef]]:
-    """(manifests kept as they are, manifests to rewrite) of a split array.
-
-    Adds to ``touched`` every piece that must be rewritten besides those written to.
-    """
-    axis = spec.axis
-
-    def aligned(m: ManifestRef) -> bool:
-        lo, hi = m.extent[axis] if m.extent else (0, 0)
-        same_piece = spec.piece_of(lo) == spec.piece_of(hi - 1)
-        return m.set_name == spec.set_name and same_piece and hi <= grid_end
-
-    if repack_all or not all(aligned(m) for m in pieces):
-        # Laid out some other way before (unsplit, other piece size, or shrunk): re-cut it all.
-        touched |= {p for m in pieces if m.extent for p in _pieces_of(spec, m.extent[axis])}
-    kept = [m for m in pieces if aligned(m) and spec.piece_of(m.extent[axis][0]) not in touched]
-    return kept, [m for m in pieces if m not in kept]
-
-
-def _pieces_of(spec: SplitSpec, extent: tuple[int, int]) -> range:
-    """Every piece an extent ``[lo, hi)`` along the split axis overlaps, not just its ends."""
-    return range(spec.piece_of(extent[0]), spec.piece_of(extent[1] - 1) + 1)
-
-
-def _axis_index(refs: pa.Table, ndim: int, axis: int) -> np.ndarray:
-    if refs.num_rows == 0:
-        return np.empty(0, dtype=np.int64)
-    return decode_coords(refs.column("coord"), ndim)[:, axis]
-
-
-# -- arrays whose refs are staged in files ----------------------------------------------------
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def bounded_map(
-    pool: Executor, fn: Callable[[T], R], items: Sequence[T], limit: int | None
-) -> Iterator[R]:
-    """``pool.map`` with at most ``limit`` calls in flight (all at once when ``None``).
-
-    Results come in order; each window of ``limit`` items finishes before the next starts.
-    """
-    if limit is None:
-        yield from pool.map(fn, items)
-        return
-    for start in range(0, len(items), limit):
-        yield from pool.map(fn, items[start : start + limit])
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class PieceTask:
-    """One manifest piece of a split array with staged refs, writable from storage alone.
-
-    A plain value: a Spark job can run :func:`write_piece_task` on executors (the driver API)
-    while the committing process runs it itself otherwise.
-    """
-
-    node_id: int
-    path: str
-    grid_shape: tuple[int, ...]
-    set_name: str
-    axis: int
-    span: tuple[int, int]  # indices [lo, hi) along ``axis``
-    old: tuple[str, ...]  # base manifests that may hold refs of the piece
-    staged: StagedRefs
-    drop: pa.Array | None  # coords left out of the staged refs
-
-
-# Writes every task's piece (``write_piece_task``); yields one result a task, in task order.
-PieceRunner = Callable[[Sequence[PieceTask]], Iterable[ManifestRef | None]]
-
-
-def write_piece_task(storage: Storage, task: PieceTask) -> ManifestRef | None:
-    """Old refs of the piece, then its staged rows (each write over the ones before): one
-    manifest, or none.
-
-    Raises:
-        RepeatedCoordError: one write staged a coord of the piece twice.
-    """
-    ndim = len(task.grid_shape)
-    layers = []
-    for manifest_id in task.old:
-        key = manifest_key(manifest_id)
-        refs = refs_of_array(decode_manifest(storage.get(key), key), task.node_id)
-        layers.append(within_span(refs, ndim, task.axis, task.span))
-    old = len(layers)
-    for table in read_staged(storage, task.staged, task.axis, task.span):
-        layers.append(_without(table, task.drop))
-    refs = _inside(_merge_staged(layers, old, ndim, task.path), task.grid_shape)
-    if refs.num_rows == 0:
-        return None
-    return write_array_manifest(storage, task.node_id, ndim, refs, task.set_name)
-
-
-def _merge_staged(layers: list[pa.Table], first_staged: int, ndim: int, path: str) -> pa.Table:
-    """``merge_refs`` of committed layers then one layer per staged write (each unordered).
-
-    Raises:
-        RepeatedCoordError: one write staged a coord twice.
-    """
-    try:
-        return merge_refs(layers, ndim, unordered=range(first_staged, len(layers)))
-    except RepeatedCoordError as repeated:
-        raise repeated.for_array(path) from None
-
-
-def _without(table: pa.Table, drop: pa.Array | None) -> pa.Table:
-    if drop is None or table.num_rows == 0:
-        return table
-    return table.filter(pc.invert(pc.is_in(table.column("coord"), drop)))
-
-
-def _inside(refs: pa.Table, grid_shape: Sequence[int]) -> pa.Table:
-    if refs.num_rows == 0 or not grid_shape:
-        return refs
-    coords = decode_coords(refs.column("coord"), len(grid_shape))
-    inside = np.all(coords < np.asarray(grid_shape, dtype=np.int64), axis=1)
-    return refs if inside.all() else refs.filter(pa.array(inside))
-
-
-def _staged_piece_tasks(
-    base: SnapshotView, changes: ChangeSet, node: Node, spec: SplitSpec
-) -> tuple[list[ManifestRef], list[PieceTask]]:
-    """(kept manifests, tasks for the touched pieces) of a split array with staged refs."""
-    staged = changes.staged_refs(node.id)
-    assert staged is not None and node.meta is not None
-    axis = spec.axis
-    base_node = base.nodes.get(node.path)
-    pieces = base_node.manifests if base_node is not None and base_node.id == node.id else ()
-    touched = staged.pieces(axis, spec.chunks_per_split)
-    grid_end = node.meta.grid_shape[axis]
-    kept, rewritten = _kept_pieces(pieces, spec, grid_end, touched, changes.repack_all)
-    drop = changes.staged_drop(node.id)
-    tasks = []
-    for piece in sorted(touched):
-        span = spec.piece_range(piece)
-        old = tuple(
-            m.manifest_id
-            for m in rewritten
-            if not m.extent or (m.extent[axis][0] < span[1] and span[0] < m.extent[axis][1])
-        )
-        tasks.append(
-            PieceTask(
-                node.id,
-                node.path,
-                node.meta.grid_shape,
-                spec.set_name,
-                axis,
-                span,
-                old,
-                narrowed(staged, axis, span),
-                drop,
-            )
-        )
-    return kept, tasks
-
-
-def _local_runner(storage: Storage, pool: Executor) -> PieceRunner:
-    def run(tasks: Sequence[PieceTask]) -> Iterable[ManifestRef | None]:
-        return bounded_map(pool, lambda t: write_piece_task(storage, t), tasks, STAGED_CONCURRENCY)
-
-    return run
-
-
-def _write_staged_pieces(
-    runner: PieceRunner,
-    base: SnapshotView,
-    changes: ChangeSet,
-    arrays: Mapping[int, Node],
-    splits: Mapping[int, SplitSpec],
-    written: list[str],
-    progress: Progress | None,
-) -> dict[int, list[ManifestRef]]:
-    """The manifests of every split array with staged refs: kept pieces plus rewritten ones.
-
-    All arrays' pieces go to the runner at once, so a Spark job runs them side by side.
-    """
-    kept: dict[int, list[ManifestRef]] = {}
-    tasks: list[PieceTask] = []
-    for node_id, spec in splits.items():
-        kept[node_id], todo = _staged_piece_tasks(base, changes, arrays[node_id], spec)
-        tasks += todo
-    out = {node_id: list(refs) for node_id, refs in kept.items()}
-    done = track(progress, "writing manifest pieces", runner(tasks), len(tasks))
-    for task, ref in zip(tasks, done, strict=True):
-        if ref is not None:
-            out[task.node_id].append(ref)
-            written.append(manifest_key(ref.manifest_id))
-    return {node_id: sorted(refs, key=lambda m: m.extent) for node_id, refs in out.items()}
-
-
-class _StagedReader:
-    """Reads all staged refs of an unsplit array (small enough: it fits one manifest)."""
-
-    def __init__(self, storage: Storage, base: SnapshotView, changes: ChangeSet) -> None:
-        self._storage, self._base, self._changes = storage, base, changes
-
-    def any(self) -> bool:
-        return bool(self._changes.staged)
-
-    def has(self, node_id: int) -> bool:
-        return node_id in self._changes.staged
-
-    def whole_array(self, node: Node) -> pa.Table:
-        staged = self._changes.staged_refs(node.id)
-        assert staged is not None and node.meta is not None
-        layers = []
-        committed = self._base.nodes.get(node.path)
-        if committed is not None and committed.id == node.id:
-            layers.extend(self._base.array_refs(committed))
-        drop = self._changes.staged_drop(node.id)
-        committed_layers = len(layers)
-        layers += [_without(t, drop) for t in read_staged(self._storage, staged)]
-        refs = _merge_staged(layers, committed_layers, node.meta.ndim, node.path)
-        return _inside(refs, node.meta.grid_shape)

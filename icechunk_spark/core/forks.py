@@ -57,7 +57,8 @@ from ..errors import ForkConflictError, ForkError, InvalidInputError, NotFoundEr
 from ..format.coords import coord_keys, decode_coord, decode_coords, encode_coord
 from ..format.ids import new_object_id
 from ..format.keys import fork_marker_key, fork_markers_prefix, object_id
-from ..format.manifest import attach_stats, merge_refs
+from ..format.manifest import attach_stats
+from ..format.merge import merge_refs
 from ..format.paths import normalize_path
 from ..format.structure import Node
 from ..storage import Storage
@@ -65,7 +66,6 @@ from . import overlay
 from .changes import ChangeSet, ChangeSummary
 from .chunk_reads import naming_chunk
 from .chunk_writes import store_chunk, virtual_ref, write_statistics
-from .flush import current_nodes
 from .ref_tables import check_coord, ref_table
 from .snapshot import ChunkRef, SnapshotView
 
@@ -218,7 +218,7 @@ class ForkSession:
     def _nodes(self) -> dict[str, Node]:
         view = self._view()
         with self._inherited.lock:
-            return current_nodes(view, self._inherited)
+            return overlay.current_nodes(view, self._inherited)
 
     def _array(self, path: str) -> Node:
         node = self.get_node(path)
@@ -479,7 +479,7 @@ def merge_forks(
             )
     with changes.lock, ledger.lock:
         _check_identities(ledger, base, forks)
-        nodes = {n.id: n for n in current_nodes(base, changes).values()}
+        nodes = {n.id: n for n in overlay.current_nodes(base, changes).values()}
         written = [_written_arrays(fork, base, nodes) for fork in forks]
         _check_overlaps(forks, written, changes)
         _apply(forks, changes, stats, nodes)
@@ -535,7 +535,7 @@ def _written_arrays(
         return out
     # The fork read the session's base (checked equal) plus the session's changes then.
     with fork._inherited.lock:
-        seen = {n.id: n for n in current_nodes(base, fork._inherited).values()}
+        seen = {n.id: n for n in overlay.current_nodes(base, fork._inherited).values()}
     for node_id, coords in arrays.items():
         then = seen[node_id]
         now = nodes.get(node_id)

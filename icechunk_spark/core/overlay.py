@@ -8,12 +8,24 @@ import pyarrow.compute as pc
 from ..chunks.stats import StatsLog
 from ..errors import NotFoundError
 from ..format.coords import encode_coord
-from ..format.manifest import attach_stats, merge_refs
+from ..format.manifest import attach_stats
+from ..format.merge import merge_refs
 from ..format.structure import Node, make_node
 from ..storage import Storage
 from .changes import ChangeSet
 from .snapshot import ChunkRef, SnapshotView, row_ref
 from .staged import read_staged
+
+
+def current_nodes(base: SnapshotView, changes: ChangeSet) -> dict[str, Node]:
+    """The node set after ``changes``: base nodes minus deleted, plus created and updated."""
+    nodes = {p: n for p, n in base.nodes.items() if p not in changes.deleted}
+    for path, node in changes.updated.items():
+        old = nodes.get(path)
+        manifests = old.manifests if old is not None and old.id == node.id else node.manifests
+        nodes[path] = make_node(node.id, path, node.zarr_json, manifests)
+    nodes.update(changes.created)
+    return nodes
 
 
 def node_at(base: SnapshotView, changes: ChangeSet, path: str) -> Node:

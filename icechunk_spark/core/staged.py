@@ -21,9 +21,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import InvalidInputError
-from ..format.coords import decode_coords, encode_coord
+from ..format.coords import encode_coord
 from ..storage import Storage
 from ..storage.ranged import open_parquet
+from .coord_refs import CoordRefs
 
 # The columns of a staged file: a manifest's ref columns, with the array's path for its id.
 STAGED_SCHEMA = pa.schema(
@@ -236,8 +237,18 @@ def read_staged(
     reads, and only those that can hold the span, so memory holds the result plus one row
     group.
     """
+    return [refs.table for refs in read_staged_refs(storage, staged, axis, span)]
+
+
+def read_staged_refs(
+    storage: Storage,
+    staged: StagedRefs,
+    axis: int | None = None,
+    span: tuple[int, int] | None = None,
+) -> list[CoordRefs]:
+    """``read_staged``, each table with the coords decoded to cut the span (if one was)."""
     low, high = staged.key_range(axis, span)
-    writes: dict[int, list[pa.Table]] = {}
+    writes: dict[int, list[CoordRefs]] = {}
     for file, write in zip(staged.files, write_of_each_file(staged), strict=True):
         groups = file.groups_between(low, high)
         if not groups:
@@ -247,18 +258,9 @@ def read_staged(
             for group in groups:
                 table = parquet.read_row_group(group, use_threads=False)
                 table = table.filter(pc.equal(table.column("array"), staged.array))
-                parts.append(within_span(table.drop_columns(["array"]), staged.ndim, axis, span))
-    return [pa.concat_tables(writes[w]) for w in sorted(writes)]
-
-
-def within_span(
-    table: pa.Table, ndim: int, axis: int | None, span: tuple[int, int] | None
-) -> pa.Table:
-    """The refs of ``table`` whose index along ``axis`` lies in ``span`` (all without one)."""
-    if axis is None or span is None or table.num_rows == 0:
-        return table
-    index = decode_coords(table.column("coord"), ndim)[:, axis]
-    return table.filter(pa.array((index >= span[0]) & (index < span[1])))
+                refs = CoordRefs(table.drop_columns(["array"]), staged.ndim)
+                parts.append(refs.within(axis, span))
+    return [CoordRefs.concat(writes[w], staged.ndim) for w in sorted(writes)]
 
 
 __all__ = [
@@ -269,8 +271,8 @@ __all__ = [
     "StagedRefs",
     "narrowed",
     "read_staged",
+    "read_staged_refs",
     "union",
-    "within_span",
     "write_of_each_file",
     "write_staged",
 ]

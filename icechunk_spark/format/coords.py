@@ -100,6 +100,16 @@ def keys_to_coords(keys: np.ndarray) -> pa.BinaryArray:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
+def coords_extent(coords: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """Per dimension ``[min, max + 1)`` of decoded ``(n, ndim)`` coords; ``()`` for none."""
+    if len(coords) == 0:
+        return ()
+    return tuple(
+        (int(lo), int(hi) + 1)
+        for lo, hi in zip(coords.min(axis=0), coords.max(axis=0), strict=True)
+    )
+
+
 def coverage(coords: np.ndarray, grid_shape: Sequence[int]) -> np.ndarray:
     """A boolean array over the chunk grid, true at each of ``coords`` (an ``(n, ndim)``
     array); a 0-d grid is true when any coord is given."""

@@ -12,7 +12,7 @@ and lookups are binary searches.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import FormatError, RepeatedCoordError
-from .coords import coord_keys, key_coord
+from ..errors import FormatError
 from .parquet import parquet_to_table, table_to_parquet
 
 REF_FIELDS = [
@@ -113,61 +112,6 @@ def is_tombstone(table: pa.Table) -> pa.ChunkedArray:
         pc.and_(pc.is_null(table.column("inline_data")), pc.is_null(table.column("chunk_id"))),
         pc.is_null(table.column("virtual_path")),
     )
-
-
-def merge_refs(
-    layers: Sequence[pa.Table],
-    ndim: int,
-    drop_tombstones: bool = True,
-    unordered: Collection[int] = (),
-) -> pa.Table:
-    """Overlay ref tables of one array, later layers winning per coord; drop tombstones.
-
-    The result is sorted by coord. This runs without a Python loop per chunk: one stable sort on
-    the coords, then a shifted comparison keeps the last row of each run of equal coords.
-
-    ``unordered``: indices of layers whose rows have no order among themselves (the staged
-    files of one write, from tasks that ran side by side). A coord twice in one of them has no
-    winner, so it is refused.
-
-    Raises:
-        RepeatedCoordError: a layer in ``unordered`` holds a coord twice.
-    """
-    sizes = [t.num_rows for t in layers]
-    layers = [t for t in layers if t.num_rows]
-    if not layers:
-        return empty_refs()
-    combined = pa.concat_tables([conform_refs(t) for t in layers], promote_options="permissive")
-    combined = combined.combine_chunks()
-    keys = coord_keys(combined.column("coord"), ndim)
-    order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
-    repeated = sorted_keys[:-1] == sorted_keys[1:]
-    if unordered:
-        # The stable sort keeps layer order within a run of equal coords, so two rows of one
-        # layer at the same coord end up side by side.
-        layer = np.repeat(np.arange(len(sizes)), sizes)[order]
-        _refuse_repeats(
-            repeated & (layer[:-1] == layer[1:]) & np.isin(layer[1:], list(unordered)),
-            sorted_keys,
-            ndim,
-        )
-    # Last occurrence of each coord: the row whose successor has a different coord.
-    last = np.ones(len(order), dtype=bool)
-    last[:-1] = ~repeated
-    result = combined.take(pa.array(order[last]))
-    return result.filter(pc.invert(is_tombstone(result))) if drop_tombstones else result
-
-
-def _refuse_repeats(twice: np.ndarray, sorted_keys: np.ndarray, ndim: int) -> None:
-    """Raise for the first coord ``twice`` marks (row ``i`` repeats row ``i + 1``)."""
-    if not twice.any():
-        return
-    first = int(np.argmax(twice))
-    coord = key_coord(sorted_keys, first, ndim)
-    # A coord given three times marks two neighbouring rows: count runs, not rows.
-    runs = int(np.count_nonzero(twice[1:] & ~twice[:-1])) + int(twice[0])
-    raise RepeatedCoordError(coord, runs)
 
 
 def encode_manifest(refs: pa.Table, presorted: bool = False) -> bytes:

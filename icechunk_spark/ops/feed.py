@@ -50,7 +50,8 @@ from ..errors import (
 )
 from ..format.coords import decode_coords
 from ..format.keys import txlog_key
-from ..format.manifest import is_tombstone, merge_refs
+from ..format.manifest import is_tombstone
+from ..format.merge import merge_refs
 from ..format.state import SnapshotInfo, State
 from ..format.structure import Node
 from ..format.txlog import ChangeKind, TransactionLog, decode_txlog

@@ -13,7 +13,8 @@ import pyarrow as pa
 
 from ..core.snapshot import ManifestCache, SnapshotView
 from ..format.coords import coord_keys, decode_coords
-from ..format.manifest import conform_refs, empty_refs, merge_refs
+from ..format.manifest import conform_refs, empty_refs
+from ..format.merge import merge_refs
 from ..format.structure import ManifestRef, Node
 from ..format.txlog import Extent
 from ..storage import Storage

@@ -42,7 +42,7 @@ from ..core.refs import read_latest_state, update_state
 from ..core.snapshot import SnapshotView
 from ..errors import InvalidInputError
 from ..format.coords import coord_keys
-from ..format.manifest import merge_refs
+from ..format.merge import merge_refs
 from ..format.state import SnapshotInfo, State
 from ..format.structure import Node
 

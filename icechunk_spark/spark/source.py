@@ -49,7 +49,8 @@ from .staging import Stager, StageResult, attempt_name
 from .streaming import IcechunkStreamWriter
 
 NAME = "icechunk"
-_PUSHDOWN_PLANNER = "data_source_pushdown_filters.py"
+# The Python worker module in which Spark plans a read with filter pushdown.
+_PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
 
 
 def spark_schema(table: str) -> StructType:
@@ -88,7 +89,7 @@ class IcechunkDataSource(DataSource):
             return MetadataReader(table, self.options, schema)
         # Spark refuses a reader defining pushFilters unless
         # spark.sql.python.filterPushdown.enabled is on, and the conf is not visible here. It
-        # plans with pushdown in a worker module of its own, so offer pushFilters only there.
+        # pushes filters in a worker of its own, run only with the conf on: offer them there.
         if _planning_with_pushdown():
             return PushdownChunksReader(self.options, schema)
         return ChunksReader(self.options, schema)
@@ -115,12 +116,14 @@ class IcechunkDataSource(DataSource):
 
 
 def _planning_with_pushdown() -> bool:
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_filename.endswith(_PUSHDOWN_PLANNER):
-            return True
-        frame = frame.f_back  # type: ignore[assignment]
-    return False
+    """Whether this process is the worker Spark started to push filters into a read.
+
+    Spark's Python daemon imports the worker module it was started for
+    (``python -m pyspark.daemon MODULE``); without the daemon (``spark.python.use.daemon``
+    false) the worker runs the module as ``__main__``. No other worker imports it.
+    """
+    main = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return _PUSHDOWN_WORKER in sys.modules or getattr(main, "name", None) == _PUSHDOWN_WORKER
 
 
 # -- reading ------------------------------------------------------------------------------

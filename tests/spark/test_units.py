@@ -145,7 +145,7 @@ def test_piece_tasks_read_only_the_row_groups_of_their_piece(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The coordinator without Spark: stage, commit staged refs, one task per split piece."""
-    from icechunk_spark.core.flush import PieceTask, write_piece_task
+    from icechunk_spark.core.staged_writes import PieceTask, write_piece_task
     from icechunk_spark.spark import staging
     from icechunk_spark.spark.coordinator import StagedWrite, stage_into
     from icechunk_spark.spark.plan import make_plan, options_from_kwargs

@@ -18,8 +18,8 @@ import pyarrow as pa
 import pytest
 
 from icechunk_spark import ConflictError, Repository
-from icechunk_spark.core.flush import PieceTask, write_piece_task
 from icechunk_spark.core.staged import STAGED_SCHEMA, StagedRefs, read_staged, write_staged
+from icechunk_spark.core.staged_writes import PieceTask, write_piece_task
 from icechunk_spark.errors import CHUNK_CONFLICT, RANGE_CONFLICT, RepeatedCoordError
 from icechunk_spark.format.coords import encode_coord
 from icechunk_spark.format.structure import ManifestRef

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from icechunk_spark import ConflictError, Repository
-from icechunk_spark.core.flush import write_array_manifest
+from icechunk_spark.core.manifest_writes import write_array_manifest
 from tests.support.helpers import create_repo
 
 

@@ -1,0 +1,112 @@
+"""Ref rows of one array beside their chunk coords as integers, decoded at most once.
+
+Building a snapshot clips refs to the chunk grid, cuts split arrays into pieces along an
+axis, merges layers and measures each manifest's extent: every step needs the coords as
+integers. :class:`CoordRefs` decodes them the first time a step asks and carries them
+through every filter and merge after it, so a commit decodes a ref's coord once, not once
+per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..format.coords import coords_extent, decode_coords
+from ..format.merge import merge_order
+
+
+class CoordRefs:
+    """Ref rows of one array (``table``) and their ``(rows, ndim)`` coords.
+
+    Not a frozen value: it fills in its coords when they are first asked for. Share one
+    between threads only once its coords are decoded (``coords`` read), or each may decode.
+    """
+
+    __slots__ = ("_coords", "ndim", "table")
+
+    def __init__(self, table: pa.Table, ndim: int, coords: np.ndarray | None = None) -> None:
+        self.table, self.ndim, self._coords = table, ndim, coords
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.table.num_rows)
+
+    @property
+    def decoded(self) -> bool:
+        return self._coords is not None
+
+    @property
+    def coords(self) -> np.ndarray:
+        """The rows' coords, in row order (decoded now if not yet)."""
+        if self._coords is None:
+            self._coords = (
+                decode_coords(self.table.column("coord"), self.ndim)
+                if self.num_rows
+                else np.empty((0, self.ndim), dtype=np.int64)
+            )
+        return self._coords
+
+    def decode(self) -> CoordRefs:
+        """This object with its coords decoded (now, if not yet)."""
+        _ = self.coords
+        return self
+
+    @classmethod
+    def concat(cls, parts: Sequence[CoordRefs], ndim: int) -> CoordRefs:
+        """The rows of (at least one) parts end to end, their coords too where all have them."""
+        coords = np.concatenate([p.coords for p in parts]) if _all_decoded(parts) else None
+        return cls(pa.concat_tables([p.table for p in parts]), ndim, coords)
+
+    @classmethod
+    def merge(
+        cls, layers: Sequence[CoordRefs], ndim: int, unordered: Collection[int] = ()
+    ) -> CoordRefs:
+        """``format.manifest.merge_refs`` of the layers, carrying their coords where all have
+        them.
+
+        Raises:
+            RepeatedCoordError: a layer in ``unordered`` holds a coord twice.
+        """
+        combined, rows = merge_order([layer.table for layer in layers], ndim, unordered=unordered)
+        coords = None
+        if layers and _all_decoded(layers):
+            coords = np.concatenate([layer.coords for layer in layers])[rows]
+        return cls(combined.take(pa.array(rows)), ndim, coords)
+
+    def extent(self) -> tuple[tuple[int, int], ...]:
+        """Per dimension ``[min, max + 1)`` of the coords; ``()`` without rows."""
+        return coords_extent(self.coords)
+
+    def where(self, keep: np.ndarray) -> CoordRefs:
+        """The rows where ``keep`` is true (this object itself when all are)."""
+        if keep.all():
+            return self
+        coords = None if self._coords is None else self._coords[keep]
+        return CoordRefs(self.table.filter(pa.array(keep)), self.ndim, coords)
+
+    def inside(self, grid_shape: Sequence[int]) -> CoordRefs:
+        """The rows inside a chunk grid: a resize may leave refs beyond it."""
+        if self.num_rows == 0 or not grid_shape:
+            return self
+        return self.where(np.all(self.coords < np.asarray(grid_shape, dtype=np.int64), axis=1))
+
+    def within(self, axis: int | None, span: tuple[int, int] | None) -> CoordRefs:
+        """The rows whose index along ``axis`` lies in ``span`` ``[lo, hi)`` (all without one)."""
+        if axis is None or span is None or self.num_rows == 0:
+            return self
+        index = self.coords[:, axis]
+        return self.where((index >= span[0]) & (index < span[1]))
+
+    def without(self, drop: pa.Array | None) -> CoordRefs:
+        """The rows whose coord is not in ``drop`` (coords a conflict gave to the other side)."""
+        if drop is None or self.num_rows == 0:
+            return self
+        return self.where(~pc.is_in(self.table.column("coord"), drop).to_numpy())
+
+
+def _all_decoded(parts: Sequence[CoordRefs]) -> bool:
+    return all(p.decoded for p in parts)

@@ -1,0 +1,91 @@
+"""Overlaying ref tables of one array: later layers win per coord, tombstones delete.
+
+A session's changes over its base snapshot's refs, staged writes over committed refs,
+a fork's changes over its parent's: every overlay of refs is one merge, sorted by coord.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import RepeatedCoordError
+from .coords import coord_keys, key_coord
+from .manifest import conform_refs, empty_refs, is_tombstone
+
+
+def merge_refs(
+    layers: Sequence[pa.Table],
+    ndim: int,
+    drop_tombstones: bool = True,
+    unordered: Collection[int] = (),
+) -> pa.Table:
+    """Overlay ref tables of one array, later layers winning per coord; drop tombstones.
+
+    The result is sorted by coord. This runs without a Python loop per chunk: one stable sort on
+    the coords, then a shifted comparison keeps the last row of each run of equal coords.
+
+    ``unordered``: indices of layers whose rows have no order among themselves (the staged
+    files of one write, from tasks that ran side by side). A coord twice in one of them has no
+    winner, so it is refused.
+
+    Raises:
+        RepeatedCoordError: a layer in ``unordered`` holds a coord twice.
+    """
+    combined, rows = merge_order(layers, ndim, drop_tombstones, unordered)
+    return combined.take(pa.array(rows))
+
+
+def merge_order(
+    layers: Sequence[pa.Table],
+    ndim: int,
+    drop_tombstones: bool = True,
+    unordered: Collection[int] = (),
+) -> tuple[pa.Table, np.ndarray]:
+    """``merge_refs`` as (the layers as one table, the rows of it the merge keeps, in order).
+
+    For a caller that holds other per-row data of the layers (their decoded coords): the
+    same rows of it, laid end to end in layer order, line up with the merged table.
+
+    Raises:
+        RepeatedCoordError: a layer in ``unordered`` holds a coord twice.
+    """
+    sizes = [t.num_rows for t in layers]
+    layers = [t for t in layers if t.num_rows]
+    if not layers:
+        return empty_refs(), np.empty(0, dtype=np.int64)
+    combined = pa.concat_tables([conform_refs(t) for t in layers], promote_options="permissive")
+    combined = combined.combine_chunks()
+    keys = coord_keys(combined.column("coord"), ndim)
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    repeated = sorted_keys[:-1] == sorted_keys[1:]
+    if unordered:
+        # The stable sort keeps layer order within a run of equal coords, so two rows of one
+        # layer at the same coord end up side by side.
+        layer = np.repeat(np.arange(len(sizes)), sizes)[order]
+        _refuse_repeats(
+            repeated & (layer[:-1] == layer[1:]) & np.isin(layer[1:], list(unordered)),
+            sorted_keys,
+            ndim,
+        )
+    # Last occurrence of each coord: the row whose successor has a different coord.
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = ~repeated
+    rows = order[last]
+    if drop_tombstones:
+        rows = rows[~is_tombstone(combined).to_numpy()[rows]]
+    return combined, rows
+
+
+def _refuse_repeats(twice: np.ndarray, sorted_keys: np.ndarray, ndim: int) -> None:
+    """Raise for the first coord ``twice`` marks (row ``i`` repeats row ``i + 1``)."""
+    if not twice.any():
+        return
+    first = int(np.argmax(twice))
+    coord = key_coord(sorted_keys, first, ndim)
+    # A coord given three times marks two neighbouring rows: count runs, not rows.
+    runs = int(np.count_nonzero(twice[1:] & ~twice[:-1])) + int(twice[0])
+    raise RepeatedCoordError(coord, runs)

@@ -1,0 +1,65 @@
+"""A commit decodes each ref's coord once and carries it (core/coord_refs.py): the coords it
+carries must stay those of the rows, or manifests get wrong extents and lookups miss chunks."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+
+from icechunk_spark import Repository
+from icechunk_spark.core.coord_refs import CoordRefs
+from icechunk_spark.format.coords import decode_coords, encode_coord, encode_coords
+
+
+def refs(coords: list[tuple[int, int]], data: bytes | None) -> CoordRefs:
+    """Decoded refs at ``coords``, inline ``data`` (``None``: tombstones)."""
+    table = pa.table(
+        {
+            "coord": encode_coords(np.array(coords)),
+            "inline_data": pa.array([data] * len(coords), pa.binary()),
+        }
+    )
+    return CoordRefs(table, 2).decode()
+
+
+def assert_in_step(merged: CoordRefs) -> None:
+    assert merged.decoded
+    np.testing.assert_array_equal(merged.coords, decode_coords(merged.table.column("coord"), 2))
+
+
+def test_merged_layers_carry_the_coords_of_the_rows_they_keep() -> None:
+    old = refs([(0, 0), (0, 1), (3, 0), (4, 1)], b"old")
+    new = refs([(5, 0), (0, 1), (2, 2)], b"new")  # unsorted, one coord over an old one
+    gone = refs([(3, 0)], None)
+    merged = CoordRefs.merge([old, new, gone], 2)
+    assert_in_step(merged)
+    assert merged.coords.tolist() == [[0, 0], [0, 1], [2, 2], [4, 1], [5, 0]]
+    assert merged.extent() == ((0, 6), (0, 3))
+    assert_in_step(merged.within(0, (2, 5)))
+    assert_in_step(merged.inside((5, 2)))
+    assert_in_step(merged.without(pa.array([encode_coord((0, 1))], pa.binary())))
+
+
+def test_inside_keeps_only_the_refs_within_the_grid() -> None:
+    kept = refs([(0, 0), (1, 3), (2, 1), (1, 1)], b"x").inside((2, 2))
+    assert kept.coords.tolist() == [[0, 0], [1, 1]]
+    assert_in_step(kept)
+
+
+def test_a_commit_after_a_shrink_keeps_no_ref_beyond_the_grid(tmp_path) -> None:
+    repo = Repository.create(tmp_path.as_uri())
+    session = repo.writable_session()
+    session.create_array("/a", shape=(10,), chunk_shape=(1,), dtype="int8")
+    session.set_chunk_refs(
+        "/a", {"coord": np.arange(10).reshape(-1, 1), "inline_data": [b"x"] * 10}
+    )
+    session.commit("ten chunks")
+    session = repo.writable_session()
+    doc = json.loads(session.get_node("/a").zarr_json)
+    session.set_node_metadata("/a", json.dumps(doc | {"shape": [4]}).encode())
+    session.commit("shrunk to four")
+    node = repo.readonly_session().get_node("/a")
+    assert node.ref_count == 4
+    assert [m.extent for m in node.manifests] == [((0, 4),)]
