@@ -53,10 +53,12 @@ from ..splitting import ManifestConfig
 from .changes import ChangeSet
 from .config import RepositoryConfig
 from .conflicts import ConflictPolicy, OnConflict, Theirs, find_conflicts, resolve
-from .flush import BuiltSnapshot, PieceRunner, build_snapshot, current_nodes
+from .flush import BuiltSnapshot, build_snapshot
+from .overlay import current_nodes
 from .refs import publish_state, read_latest_state
 from .requirements import AssertNoGCSince, AssertNotCommitted, AssertRefSnapshotId
 from .snapshot import SnapshotView
+from .staged_writes import PieceRunner
 
 if TYPE_CHECKING:
     from .repository import Repository

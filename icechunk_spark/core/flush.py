@@ -33,24 +33,12 @@ from .split_writes import split_arrays, write_split_array
 from .staged_writes import (
     STAGED_CONCURRENCY,
     PieceRunner,
-    PieceTask,
     StagedReader,
     local_runner,
-    write_piece_task,
     write_staged_pieces,
 )
 
-# Names that live elsewhere now but are still imported from here: current_nodes (overlay.py)
-# by core/commit.py and core/session.py; PieceRunner, PieceTask and write_piece_task
-# (staged_writes.py) by spark/coordinator.py and spark/distributed.py.
-__all__ = [
-    "BuiltSnapshot",
-    "PieceRunner",
-    "PieceTask",
-    "build_snapshot",
-    "current_nodes",
-    "write_piece_task",
-]
+__all__ = ["BuiltSnapshot", "build_snapshot"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,12 +27,13 @@ from .chunk_reads import naming_chunk
 from .chunk_writes import store_chunk, virtual_ref, write_statistics
 from .commit import Commit, CommitOptions
 from .conflicts import OnConflict
-from .flush import PieceRunner, current_nodes
 from .forks import ForkLedger, ForkSession, check_forks_merged, make_fork, merge_forks
 from .node_docs import array_doc, group_doc, grown_doc
+from .overlay import current_nodes
 from .ref_tables import check_coord, ref_table
 from .snapshot import ChunkRef, SnapshotView
 from .staged import StagedRefs
+from .staged_writes import PieceRunner
 
 if TYPE_CHECKING:
     from ..zarr_store import IcechunkStore

@@ -31,11 +31,11 @@ from dataclasses import dataclass
 
 from ..core.commit import CommitOptions
 from ..core.conflicts import ConflictPolicy
-from ..core.flush import PieceRunner
 from ..core.repository import Repository
 from ..core.requirements import AssertNotCommitted, landed_once
 from ..core.session import Session
 from ..core.staged import StagedFile, StagedRefs
+from ..core.staged_writes import PieceRunner
 from ..errors import AlreadyCommittedError
 from ..format.keys import chunk_key
 from ..storage import Storage

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from ..core.flush import PieceRunner, PieceTask, write_piece_task
+from ..core.staged_writes import PieceRunner, PieceTask, write_piece_task
 from ..errors import InvalidInputError
 from ..format.structure import ManifestRef
 from ..storage import Storage
@@ -198,7 +198,7 @@ def _reduce(table: pa.Table) -> pa.Table:
 
 
 def spark_piece_runner(spark: SparkSession, plan: WritePlan) -> PieceRunner:
-    """Write manifest pieces with one Spark task each, on executors (see ``core.flush``)."""
+    """Write manifest pieces with one Spark task each, on executors (see ``core.staged_writes``)."""
 
     def run(tasks: Sequence[PieceTask]) -> list[ManifestRef | None]:
         if not tasks:
