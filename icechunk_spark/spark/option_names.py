@@ -22,7 +22,6 @@ STORAGE_PREFIX = "storage."
 REPOSITORY = frozenset({"path", "paths", "url", "authorize_virtual"})
 READ_TARGET = frozenset({"branch", "tag", "snapshot", "as_of"})
 
-METADATA_TABLES = ("snapshots", "refs", "nodes", "manifests")
 CHUNKS_READ = REPOSITORY | READ_TARGET | {"table", "arrays", "rows_per_partition"}
 METADATA_READ = REPOSITORY | READ_TARGET | {"table"}
 # One list for the batch table and the stream: ``schema()`` runs for both and cannot tell
@@ -84,7 +83,6 @@ __all__ = [
     "CHANGES_READ",
     "CHUNKS_READ",
     "METADATA_READ",
-    "METADATA_TABLES",
     "NATIVE_READ",
     "STREAM_WRITE",
     "WRITE",
