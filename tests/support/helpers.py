@@ -17,6 +17,16 @@ def open_repo(backend: Any, **kwargs: Any) -> Repository:
     return Repository.open(backend.url, storage_options=backend.options, **kwargs)
 
 
+def repo_with_byte_array(backend: Any, length: int) -> Repository:
+    """A new repository whose first commit holds ``/a``: ``length`` one-byte chunks."""
+    repo = create_repo(backend)
+    session = repo.writable_session()
+    session.create_group("/")
+    session.create_array("/a", shape=(length,), chunk_shape=(1,), dtype="uint8")
+    session.commit("array")
+    return repo
+
+
 def make_array(
     session: Any,
     path: str = "/a",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from icechunk_spark.errors import AlreadyCommittedError, InvalidInputError
-from tests.support.helpers import create_repo
+from tests.support.helpers import repo_with_byte_array
 
 MARKS = {"stream.query_id": "q1", "stream.batch_id": 7}
 
@@ -22,17 +22,8 @@ def _session_writing(repo, value: bytes):
     return session
 
 
-def _with_array(backend):
-    repo = create_repo(backend)
-    session = repo.writable_session()
-    session.create_group("/")
-    session.create_array("/a", shape=(4,), chunk_shape=(1,), dtype="uint8")
-    session.commit("array")
-    return repo
-
-
 def test_a_duplicate_that_lands_first_is_never_committed_twice(backend) -> None:
-    repo = _with_array(backend)
+    repo = repo_with_byte_array(backend, 4)
     # Both writers looked at the history before either committed: neither saw the batch.
     first, second = _session_writing(repo, b"\x01"), _session_writing(repo, b"\x02")
     landed = first.commit("batch 7", once=MARKS)
@@ -49,7 +40,7 @@ def test_a_duplicate_that_lands_first_is_never_committed_twice(backend) -> None:
 
 
 def test_other_marks_and_other_branches_do_not_count(backend) -> None:
-    repo = _with_array(backend)
+    repo = repo_with_byte_array(backend, 4)
     array = repo.lookup_branch("main")
     seven = _session_writing(repo, b"\x01").commit("batch 7", once=MARKS)
     eight_marks = {**MARKS, "stream.batch_id": 8}
@@ -74,7 +65,7 @@ def test_other_marks_and_other_branches_do_not_count(backend) -> None:
 
 
 def test_the_marks_go_into_the_metadata_and_must_agree_with_it(backend) -> None:
-    repo = _with_array(backend)
+    repo = repo_with_byte_array(backend, 4)
     snapshot = _session_writing(repo, b"\x01").commit("batch", {"user": 1}, once=MARKS)
     assert dict(repo.lookup_snapshot(snapshot).metadata) == {"user": 1, **MARKS}
     with pytest.raises(InvalidInputError, match="once"):

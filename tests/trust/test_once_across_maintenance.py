@@ -19,18 +19,9 @@ from icechunk_spark.core.requirements import landed_once
 from icechunk_spark.errors import AlreadyCommittedError
 from icechunk_spark.ops.gc import garbage_collect
 from icechunk_spark.ops.history import expire_snapshots
-from tests.support.helpers import create_repo
+from tests.support.helpers import repo_with_byte_array
 
 MARKS = {"stream.query_id": "q1", "stream.batch_id": 1}
-
-
-def _with_array(backend):
-    repo = create_repo(backend)
-    session = repo.writable_session()
-    session.create_group("/")
-    session.create_array("/a", shape=(8,), chunk_shape=(1,), dtype="uint8")
-    session.commit("array")
-    return repo
 
 
 def _write(repo, coord: int, value: bytes, branch: str = "main"):
@@ -45,7 +36,7 @@ def _now() -> datetime:
 
 @pytest.mark.parametrize("collect", [False, True], ids=["expire", "expire+gc"])
 def test_a_replay_after_its_snapshot_was_expired_is_refused(backend, collect: bool) -> None:
-    repo = _with_array(backend)
+    repo = repo_with_byte_array(backend, 8)
     landed = _write(repo, 0, b"\x01").commit("batch 1", once=MARKS)
     other = _write(repo, 1, b"\x02").commit("another writer")
 
@@ -65,7 +56,7 @@ def test_a_replay_after_its_snapshot_was_expired_is_refused(backend, collect: bo
 
 
 def test_marks_survive_expiry_twice_and_stay_on_their_own_branch(backend) -> None:
-    repo = _with_array(backend)
+    repo = repo_with_byte_array(backend, 8)
     base = next(repo.ancestry()).id
     _write(repo, 0, b"\x01").commit("batch 1", once=MARKS)
     _write(repo, 1, b"\x02").commit("middle")
@@ -86,7 +77,7 @@ def test_marks_survive_expiry_twice_and_stay_on_their_own_branch(backend) -> Non
 
 def test_any_branch_lookup_finds_marks_carried_by_expiry(backend) -> None:
     """A ``df.write`` retry looks for its write id in every listed snapshot, not one branch."""
-    repo = _with_array(backend)
+    repo = repo_with_byte_array(backend, 8)
     marks = {"icechunk_spark.write_id": "w-1"}
     _write(repo, 0, b"\x01").commit("write", once=marks)
     tip = _write(repo, 1, b"\x02").commit("next")
