@@ -50,7 +50,7 @@ t2 = time.perf_counter()
 if mode == "whole":  # what every lookup did before: decode the manifest, index it, search
     for node in session.list_nodes():
         for m in node.manifests:
-            repo.manifest_cache.get(m.manifest_id)
+            repo.handle.manifest_cache.get(m.manifest_id)
 ref = session.get_chunk_ref("/var", coord)
 t3 = time.perf_counter()
 assert ref is not None and ref.kind == "virtual", ref

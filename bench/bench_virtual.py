@@ -37,7 +37,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from bench.common import peak_rss_mb, print_table, timed
 from icechunk_spark import Repository
-from icechunk_spark.core.virtual_reads import VirtualRequest
+from icechunk_spark.core import VirtualRequest
 
 CELLS = 1000
 CONTAINER = "file:///data/"
@@ -218,7 +218,7 @@ def read_adjacent(chunks: int, size: int = 4096) -> list[list[Any]]:
     requests = [VirtualRequest(url, r.offset, r.length, r.checksum) for r in refs if r]
 
     def read_many() -> bytes:
-        return b"".join(repo.virtual_reader.read_many(requests))
+        return b"".join(repo.handle.virtual_reader.read_many(requests))
 
     def threads() -> bytes:
         with ThreadPoolExecutor(16) as pool:
@@ -239,7 +239,7 @@ def read_adjacent(chunks: int, size: int = 4096) -> list[list[Any]]:
         import asyncio
 
         async def gather() -> list[bytes]:
-            virtual = repo.virtual_reader
+            virtual = repo.handle.virtual_reader
             reads = [virtual.read_async(r.url, r.offset, r.length, r.checksum) for r in requests]
             return list(await asyncio.gather(*reads))
 

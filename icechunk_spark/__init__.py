@@ -6,12 +6,7 @@
 Every error is a subclass of ``IcechunkSparkError`` (the tree is in ``errors``).
 """
 
-from .core.changes import ChangeSummary
-from .core.config import RepositoryConfig
-from .core.conflicts import ConflictPolicy
-from .core.forks import ForkSession
-from .core.repository import Repository
-from .core.session import Session
+from .core import ChangeSummary, ConflictPolicy, ForkSession, RepositoryConfig, Session
 from .errors import (
     AlreadyCommittedError,
     AlreadyExistsError,
@@ -43,6 +38,7 @@ from .errors import (
     VirtualRefRefusedError,
 )
 from .format.state import SnapshotInfo
+from .repository import Repository
 
 __all__ = [
     "AlreadyCommittedError",

@@ -19,12 +19,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-from .core.repository import Repository
-from .core.session import Session
+from .core import Session
 from .errors import IcechunkSparkError, InvalidInputError, NotFoundError
 from .exit import exit_process
 from .format.paths import normalize_path
 from .progress import SILENT, Progress
+from .repository import Repository
 from .storage import parse_storage_options
 
 Handler = Callable[[argparse.Namespace], Any]

@@ -47,7 +47,7 @@ from .format.structure import ArrayMeta, Node
 if TYPE_CHECKING:
     import xarray as xr
 
-    from .core.session import Session
+    from .core import Session
 
 T = TypeVar("T")
 

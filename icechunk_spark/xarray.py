@@ -31,11 +31,11 @@ import xarray as xr
 import zarr
 from xarray.backends.common import ArrayWriter
 
-from .core.forks import ForkSession
+from .core import ForkSession
 from .errors import InvalidInputError, ReadOnlyError
 
 if TYPE_CHECKING:
-    from .core.session import Session
+    from .core import Session
 
 Region = Mapping[str, slice | Literal["auto"]] | Literal["auto"] | None
 WriteMode = Literal["w", "w-", "a", "a-", "r+"]

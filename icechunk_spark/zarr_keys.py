@@ -10,20 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import InvalidInputError
-from .format.paths import normalize_path, path_problem
+from .format.paths import path_problem
 from .format.structure import ArrayMeta, Node
 
 if TYPE_CHECKING:
-    from .core.forks import ForkSession
-    from .core.session import Session
-
-    # A session, or a fork of one (core/forks.py): both read and write chunks the same way.
-    AnySession: TypeAlias = Session | ForkSession
+    # A session, or a fork of one: both read and write chunks the same way.
+    from .core import BaseSession as AnySession
 
 METADATA_KEY = "zarr.json"
 _V2_METADATA = frozenset({".zgroup", ".zarray", ".zattrs", ".zmetadata"})
@@ -43,12 +40,13 @@ class ChunkKey:
 
     path: str
     coord: tuple[int, ...]
-    node: Node | None = field(default=None, compare=False, repr=False)
+    node: Node = field(compare=False, repr=False)
 
     def inside_grid(self) -> bool:
         """Whether the coord is inside the array's chunk grid (as resolved)."""
-        meta = self.node.meta if self.node is not None else None
-        return meta is None or all(c < n for c, n in zip(self.coord, meta.grid_shape, strict=True))
+        meta = self.node.meta
+        assert meta is not None  # only arrays own chunk keys
+        return all(c < n for c, n in zip(self.coord, meta.grid_shape, strict=True))
 
 
 def node_dir(path: str) -> str:
@@ -116,11 +114,12 @@ def classify_key(session: AnySession, key: str) -> MetadataKey | ChunkKey | NotA
     segments = key.split("/")
     if not key or "" in segments:
         return NotAKey(f"invalid key {key!r}: keys are '/'-separated names, never empty")
-    problem = path_problem(key)  # so normalize_path below never raises
+    problem = path_problem(key)
     if problem is not None:
         return NotAKey(problem)
+    # The segments are valid and none is empty: each prefix of them is a normalized path.
     if segments[-1] == METADATA_KEY:
-        return MetadataKey(normalize_path("/".join(segments[:-1])))
+        return MetadataKey(_path_of(segments[:-1]))
     if segments[-1] in _V2_METADATA:
         return NotAKey(
             f"key {key!r} is Zarr v2 metadata: repositories hold only Zarr v3 "
@@ -128,7 +127,7 @@ def classify_key(session: AnySession, key: str) -> MetadataKey | ChunkKey | NotA
         )
     # The deepest node above the key owns it; only arrays own keys besides zarr.json.
     for depth in range(len(segments) - 1, -1, -1):
-        path = normalize_path("/".join(segments[:depth]))
+        path = _path_of(segments[:depth])
         node = session.find_node(path)
         if node is None:
             continue
@@ -150,6 +149,10 @@ def classify_key(session: AnySession, key: str) -> MetadataKey | ChunkKey | NotA
         f"key {key!r} is not a Zarr key: there is no array above it; the store holds only "
         "zarr.json documents and chunks of arrays (write the array's zarr.json first)"
     )
+
+
+def _path_of(segments: list[str]) -> str:
+    return "/" + "/".join(segments)
 
 
 # -- listing ------------------------------------------------------------------------------

@@ -26,13 +26,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 
-from .core.chunk_reads import naming_chunk
-from .core.snapshot import ChunkRef
 from .errors import ReadOnlyStoreError
 from .zarr_keys import (
     ChunkKey,
@@ -46,25 +44,21 @@ from .zarr_keys import (
 from .zarr_values import (
     as_buffer,
     as_bytes,
-    byte_bounds,
     check_byte_range,
     chunk_ref_or_none,
     delete_prefix,
     delete_value,
+    read_chunk,
+    read_chunk_async,
     read_metadata,
-    read_ref,
     set_if_absent,
     write_value,
     writes_storage,
 )
 
 if TYPE_CHECKING:
-    from .core.forks import ForkSession
-    from .core.repository import Repository
-    from .core.session import Session
-
-    # A session, or a fork of one (core/forks.py): both read and write chunks the same way.
-    AnySession: TypeAlias = Session | ForkSession
+    # A session, or a fork of one: both read and write chunks the same way.
+    from .core import BaseSession as AnySession
 
 T = TypeVar("T")
 
@@ -128,18 +122,16 @@ class IcechunkStore(Store):
             mine.read_only
             and theirs.read_only
             and mine.snapshot_id == theirs.snapshot_id
-            and mine.repository.storage.url == theirs.repository.storage.url
+            and mine.handle.storage.url == theirs.handle.storage.url
         )
 
     def __repr__(self) -> str:
         return f"IcechunkStore({self.session!r}, read_only={self.read_only})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        session = self.session
-        if session.read_only:
-            return (_open_snapshot_store, (session.repository, session.snapshot_id))
-        # Pickling a writable session makes a fork of it; a fork pickles as itself.
-        return (_store_over, (session, self._read_only))
+        # A read-only session pickles as its snapshot, a writable one as a new fork of it, and
+        # a fork as itself (core/session.py, core/forks.py).
+        return (_store_over, (self.session, self._read_only))
 
     # -- reading --------------------------------------------------------------------------
     # Each *_sync method is zarr's synchronous protocol (SupportsGetSync, SupportsSetSync,
@@ -158,10 +150,7 @@ class IcechunkStore(Store):
         target = resolve_key_or_none(session, key)
         if not isinstance(target, ChunkKey):
             return as_buffer(read_metadata(session, target, byte_range), prototype)
-        ref = chunk_ref_or_none(session, target)
-        with naming_chunk(target.path, target.coord):
-            data = None if ref is None else read_ref(session, ref, byte_range)
-        return as_buffer(data, prototype)
+        return as_buffer(read_chunk(session, target, byte_range), prototype)
 
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
@@ -171,11 +160,7 @@ class IcechunkStore(Store):
         target = resolve_key_or_none(session, key)
         if not isinstance(target, ChunkKey):
             return as_buffer(read_metadata(session, target, byte_range), prototype)
-        # Manifest loads may hit storage: in a thread, so concurrent gets overlap.
-        ref = await asyncio.to_thread(chunk_ref_or_none, session, target)
-        with naming_chunk(target.path, target.coord):
-            data = None if ref is None else await _read_ref_async(session, ref, byte_range)
-        return as_buffer(data, prototype)
+        return as_buffer(await read_chunk_async(session, target, byte_range), prototype)
 
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
@@ -274,30 +259,11 @@ class IcechunkStore(Store):
         return await asyncio.to_thread(empty)
 
 
-def _open_snapshot_store(repo: Repository, snapshot_id: str) -> IcechunkStore:
-    """Unpickling: a read-only store at the same snapshot of the (reopened) repository."""
-    return IcechunkStore(repo.readonly_session(snapshot_id=snapshot_id))
-
-
 def _store_over(session: AnySession, read_only: bool) -> IcechunkStore:
-    """Unpickling a store over a writable session: the same store over a fork of it."""
+    """Unpickling: a store over the session as it unpickled (the same snapshot, or a fork)."""
     return IcechunkStore(session, read_only=read_only)
 
 
 async def _run(in_thread: bool, work: Callable[..., T], *args: Any) -> T:
     """``work(*args)``: in a thread when it waits on storage, so the event loop keeps going."""
     return await asyncio.to_thread(work, *args) if in_thread else work(*args)
-
-
-async def _read_ref_async(
-    session: AnySession, ref: ChunkRef, byte_range: ByteRequest | None
-) -> bytes:
-    if ref.kind == "virtual":
-        # Awaiting (not a thread each) lets every concurrent get join one coalesced batch.
-        assert ref.virtual_path is not None
-        start, end = byte_bounds(byte_range, ref.length)
-        reader = session.repository.virtual_reader
-        return await reader.read_async(
-            ref.virtual_path, ref.offset + start, end - start, ref.checksum
-        )
-    return await _run(ref.kind == "native", read_ref, session, ref, byte_range)  # inline: bytes

@@ -8,25 +8,23 @@ threads at once.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import weakref
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
-from .core.snapshot import ChunkRef
+from .core import ChunkRef, naming_chunk
 from .errors import AlreadyExistsError, InvalidInputError, NotFoundError
 from .format.structure import make_node
 from .zarr_keys import ChunkKey, MetadataKey, chunk_keys, node_dir
 
 if TYPE_CHECKING:
-    from .core.forks import ForkSession
-    from .core.session import Session
-
-    # A session, or a fork of one (core/forks.py): both read and write chunks the same way.
-    AnySession: TypeAlias = Session | ForkSession
+    # A session, or a fork of one: both read and write chunks the same way.
+    from .core import BaseSession as AnySession
 
 
 # -- values and byte ranges ---------------------------------------------------------------
@@ -83,23 +81,38 @@ def read_metadata(
 
 
 def chunk_ref_or_none(session: AnySession, key: ChunkKey) -> ChunkRef | None:
+    """The ref of the chunk ``key`` names, looked up in the array the key was resolved to."""
     if not key.inside_grid():
         return None  # zarr reads past a shrunk grid: such a key holds nothing
-    try:
-        return session.get_chunk_ref(key.path, key.coord)
-    except (NotFoundError, InvalidInputError):
-        return None  # the array was deleted or shrunk since the key was resolved
+    return session.chunk_ref_at(key.node, key.coord)
 
 
-def read_ref(session: AnySession, ref: ChunkRef, byte_range: ByteRequest | None) -> bytes:
-    # One lookup serves both the length (for suffix ranges) and the read.
-    return session.repository.read_ref(ref, byte_bounds(byte_range, ref.length))
+def read_chunk(session: AnySession, key: ChunkKey, byte_range: ByteRequest | None) -> bytes | None:
+    """The bytes of the chunk ``key`` names (a range of them), or ``None`` when it holds none."""
+    ref = chunk_ref_or_none(session, key)
+    if ref is None:
+        return None
+    with naming_chunk(key.path, key.coord):
+        # One lookup serves both the length (for suffix ranges) and the read.
+        return session.read_ref(ref, byte_bounds(byte_range, ref.length))
+
+
+async def read_chunk_async(
+    session: AnySession, key: ChunkKey, byte_range: ByteRequest | None
+) -> bytes | None:
+    """``read_chunk`` for the event loop: concurrent virtual reads join one coalesced batch."""
+    # Manifest loads may hit storage: in a thread, so concurrent gets overlap.
+    ref = await asyncio.to_thread(chunk_ref_or_none, session, key)
+    if ref is None:
+        return None
+    with naming_chunk(key.path, key.coord):
+        return await session.read_ref_async(ref, byte_bounds(byte_range, ref.length))
 
 
 # -- writing ------------------------------------------------------------------------------
 def writes_storage(session: AnySession, target: MetadataKey | ChunkKey, data: bytes) -> bool:
     """Whether the write puts a chunk file in storage; metadata and inline chunks are in memory."""
-    threshold = session.repository.config.inline_chunk_threshold_bytes
+    threshold = session.handle.config.inline_chunk_threshold_bytes
     return isinstance(target, ChunkKey) and len(data) > threshold
 
 

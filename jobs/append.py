@@ -12,9 +12,9 @@ import argparse
 
 import ingest_datacube as cube  # jobs/ is on sys.path: it is this script's folder
 
-from icechunk_spark.core.repository import Repository
 from icechunk_spark.errors import InvalidInputError
 from icechunk_spark.exit import exit_process
+from icechunk_spark.repository import Repository
 from icechunk_spark.spark import write_chunks
 from icechunk_spark.spark.jobs import base_parser, run, spark_session, storage_options
 

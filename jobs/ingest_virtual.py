@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from icechunk_spark.core.repository import Repository
 from icechunk_spark.errors import InvalidInputError
 from icechunk_spark.exit import exit_process
+from icechunk_spark.repository import Repository
 from icechunk_spark.spark.jobs import base_parser, run, spark_session, storage_options
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from icechunk_spark.core.repository import Repository
 from icechunk_spark.errors import InvalidInputError
 from icechunk_spark.exit import exit_process
 from icechunk_spark.ops.gc import garbage_collect
 from icechunk_spark.ops.history import expire_state, utc_ms
+from icechunk_spark.repository import Repository
 from icechunk_spark.spark.jobs import base_parser, run, storage_options
 from icechunk_spark.splitting import parse_config
 
@@ -82,7 +82,7 @@ def main() -> int:
             )
             # GC runs after the expiry: count what it would delete once those are unlisted.
             summary = garbage_collect(
-                repo, gc_cutoff, dry_run=True, as_if=lambda s: expire_state(s, limit_ms)[0]
+                repo.handle, gc_cutoff, dry_run=True, as_if=lambda s: expire_state(s, limit_ms)[0]
             )
         else:
             expired = repo.expire_snapshots(cutoff)

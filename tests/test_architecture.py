@@ -2,10 +2,9 @@
 importing a higher one, Spark only under ``spark/``.
 
 Imports inside functions count (they run). Imports under ``if TYPE_CHECKING:`` count too: a
-type-only import is still a dependency of the design (issue 27), and a circle of them is a
-circle of rooms. Today's one circle (the core engine reaching back to ``Repository``, the zarr
-store naming the session classes) is listed edge by edge in ``TYPE_ONLY_CYCLE_DEBT``; the list
-may only shrink, and any new type-only edge that closes a circle fails.
+type-only import is still a dependency of the design, and a circle of them is a circle of
+rooms. The engine names the repository handle (core/handle.py), never ``Repository``, and the
+zarr store names ``BaseSession``, never the session classes that hand themselves to it.
 """
 
 from __future__ import annotations
@@ -28,7 +27,8 @@ LAYERS = {
     "chunks": 3,
     "splitting": 3,
     "core": 4,
-    "ops": 4,  # maintenance beside the engine: it never imports core.repository at runtime
+    "ops": 4,  # maintenance beside the engine, over the same handle
+    "repository": 5,  # the face: the verbs of the engine and of maintenance behind one class
     "zarr_store": 5,
     "zarr_keys": 5,  # the zarr store's key grammar and listing
     "zarr_values": 5,  # what the zarr store reads and writes, in the caller's thread
@@ -64,25 +64,6 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-# The type-only edges that close today's circle of core/commit, core/forks, core/repository,
-# core/session, ops/gc, ops/history and the zarr store (issue 27, "Handle and face", removes
-# them): the engine names ``Repository`` for its handle, the store names the session classes.
-TYPE_ONLY_CYCLE_DEBT = {
-    ("icechunk_spark.core.commit", "icechunk_spark.core.repository"),
-    ("icechunk_spark.core.forks", "icechunk_spark.core.repository"),
-    ("icechunk_spark.core.session", "icechunk_spark.core.repository"),
-    ("icechunk_spark.ops.gc", "icechunk_spark.core.repository"),
-    ("icechunk_spark.ops.history", "icechunk_spark.core.repository"),
-    ("icechunk_spark.zarr_keys", "icechunk_spark.core.forks"),
-    ("icechunk_spark.zarr_keys", "icechunk_spark.core.session"),
-    ("icechunk_spark.zarr_store", "icechunk_spark.core.forks"),
-    ("icechunk_spark.zarr_store", "icechunk_spark.core.repository"),
-    ("icechunk_spark.zarr_store", "icechunk_spark.core.session"),
-    ("icechunk_spark.zarr_values", "icechunk_spark.core.forks"),
-    ("icechunk_spark.zarr_values", "icechunk_spark.core.session"),
-}
-
-
 def _runtime_imports(
     tree: ast.AST, type_only: bool = False
 ) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
@@ -105,19 +86,43 @@ def _runtime_imports(
     yield from walk(tree, True)
 
 
+def _source(module: str, node: ast.ImportFrom) -> str:
+    """The absolute name of the module ``node`` imports from."""
+    if not node.level:
+        return node.module or ""
+    package = module if MODULES[module].name == "__init__.py" else module.rsplit(".", 1)[0]
+    base = package.split(".")
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
 def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
     if isinstance(node, ast.Import):
         return [a.name for a in node.names]
-    if node.level:
-        package = module if MODULES[module].name == "__init__.py" else module.rsplit(".", 1)[0]
-        base = package.split(".")
-        base = base[: len(base) - (node.level - 1)]
-        source = ".".join([*base, node.module] if node.module else base)
-    else:
-        source = node.module or ""
-    # ``from pkg import name`` imports the module pkg.name when there is one.
-    names = [f"{source}.{a.name}" for a in node.names]
-    return [n for n in names if n in MODULES] or [source]
+    source = _source(module, node)
+    # ``from pkg import name`` imports the module pkg.name when there is one; a name a
+    # package's face (``core/__init__.py``) hands on comes from the room that defines it.
+    faced = FACES.get(source, {})
+    targets = []
+    for alias in node.names:
+        submodule = f"{source}.{alias.name}"
+        targets.append(submodule if submodule in MODULES else faced.get(alias.name, source))
+    return targets
+
+
+def _face_exports(package: str) -> dict[str, str]:
+    """name -> the module it comes from, for each name a package's ``__init__`` imports from a
+    module of its own (a face that only hands names on)."""
+    tree = ast.parse(MODULES[package].read_text())
+    return {
+        alias.asname or alias.name: f"{package}.{node.module}"
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+        for alias in node.names
+    }
+
+
+FACES = {m: _face_exports(m) for m, p in MODULES.items() if p.name == "__init__.py"}
 
 
 def import_graph(type_only: bool = False) -> dict[str, dict[str, bool]]:
@@ -170,23 +175,8 @@ def find_cycle(graph: dict[str, dict[str, bool]]) -> list[str] | None:
 
 
 def test_no_import_cycle() -> None:
-    cycle = find_cycle(import_graph())
-    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
-
-
-def test_no_new_cycle_of_type_only_imports() -> None:
-    graph = import_graph(type_only=True)
-    for module, target in TYPE_ONLY_CYCLE_DEBT:
-        graph[module].pop(target, None)
-    cycle = find_cycle(graph)
+    cycle = find_cycle(import_graph(type_only=True))
     assert cycle is None, "import cycle (TYPE_CHECKING counted): " + " -> ".join(cycle or [])
-
-
-def test_the_type_only_debt_is_still_owed() -> None:
-    """An edge removed from the code leaves the list too, so the list only shrinks."""
-    graph = import_graph(type_only=True)
-    paid = sorted((m, t) for m, t in TYPE_ONLY_CYCLE_DEBT if t not in graph[m])
-    assert paid == [], f"remove these from TYPE_ONLY_CYCLE_DEBT: {paid}"
 
 
 def test_lower_layers_never_import_higher_ones_even_for_types() -> None:
@@ -225,3 +215,17 @@ def test_spark_is_imported_only_under_spark() -> None:
                 if target.split(".")[0] == "pyspark":
                     outside.append(module)
     assert outside == []
+
+
+def test_the_core_is_reached_through_its_face() -> None:
+    """Outside ``core/``, modules import ``icechunk_spark.core`` (its ``__init__``), never a room
+    inside it: the rooms can move without touching the layers above."""
+    inside = [
+        (module, source)
+        for module, path in MODULES.items()
+        if not module.startswith("icechunk_spark.core")
+        for node, _ in _runtime_imports(ast.parse(path.read_text()), type_only=True)
+        if isinstance(node, ast.ImportFrom)
+        and (source := _source(module, node)).startswith("icechunk_spark.core.")
+    ]
+    assert inside == []

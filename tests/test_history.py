@@ -164,10 +164,12 @@ def test_diff_reads_no_manifest_of_arrays_whose_refs_did_not_change(backend):
     after = session.commit("attributes only")
 
     fresh = open_repo(backend)
-    d = diff(fresh, from_snapshot_id=before, to_snapshot_id=after)
+    d = diff(fresh.handle, from_snapshot_id=before, to_snapshot_id=after)
     assert (d.nodes_updated, d.chunks_changed) == (("/a",), {})
-    assert fresh.manifest_cache.fetches == 0  # decided from the structure files alone
-    assert diff(fresh, from_snapshot_id=setup, to_snapshot_id=after).chunks_changed == {"/a": 2}
+    assert fresh.handle.manifest_cache.fetches == 0  # decided from the structure files alone
+    assert diff(fresh.handle, from_snapshot_id=setup, to_snapshot_id=after).chunks_changed == {
+        "/a": 2
+    }
     fresh.close()
 
 

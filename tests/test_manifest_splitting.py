@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from icechunk_spark import Repository
-from icechunk_spark.core.manifest_writes import write_array_manifest
 from icechunk_spark.storage import open_storage
 from tests.support.counting import CountingStorage
 
@@ -79,8 +78,8 @@ def test_reading_time_fetches_only_the_small_manifest(big_repo):
     repo, storage = _counting(big_repo)
     reader = repo.readonly_session()
     assert reader.get_chunk("/time", (3,)) == b"c"
-    if repo.preload_thread is not None:
-        repo.preload_thread.join()  # the default config preloads the manifest holding /time
+    if repo.handle.preload_thread is not None:
+        repo.handle.preload_thread.join()  # the default config preloads the manifest holding /time
     coords_bytes = next(m.bytes for m in repo.manifests() if m.set_name == "coordinates")
     # One manifest GET in all (preload and read share it), of exactly the small manifest.
     assert storage.gets["m"] == 1
@@ -90,11 +89,11 @@ def test_reading_time_fetches_only_the_small_manifest(big_repo):
 def test_preload_fetches_the_coordinate_manifest_in_the_background(big_repo):
     repo, storage = _counting(big_repo)
     repo.readonly_session()
-    assert repo.preload_thread is not None
-    repo.preload_thread.join(timeout=30)
+    assert repo.handle.preload_thread is not None
+    repo.handle.preload_thread.join(timeout=30)
     assert storage.gets["m"] == 1
     [coords] = [m for m in repo.manifests() if m.set_name == "coordinates"]
-    assert repo.manifest_cache.is_cached(coords.id)
+    assert repo.handle.manifest_cache.is_cached(coords.id)
 
 
 def test_commit_touching_one_small_array_writes_exactly_one_manifest(big_repo):
@@ -179,25 +178,3 @@ def test_split_along_a_named_dimension(tmp_path):
     extents = sorted(m.extent[0] for m in repo.readonly_session().get_node("/var").manifests)
     assert extents == [(0, 10), (10, 20), (20, 30), (30, 35)]
     assert repo.readonly_session().get_chunk("/var", (34, 3)) == b"v"
-
-
-def test_attached_manifests_replace_an_arrays_refs(tmp_path):
-    repo = Repository.create(tmp_path.as_uri())
-    session = repo.writable_session()
-    session.create_array("/a", shape=(10,), chunk_shape=(1,), dtype="int8")
-    session.set_chunk("/a", (0,), b"old")
-    session.commit("old")
-    node = repo.readonly_session().get_node("/a")
-    import pyarrow as pa
-
-    from icechunk_spark.format import encode_coords
-
-    refs = pa.table({"coord": encode_coords(np.array([[5], [6]])), "inline_data": [b"5", b"6"]})
-    manifest = write_array_manifest(repo.storage, node.id, 1, refs)
-    session = repo.writable_session()
-    session.attach_manifests("/a", [manifest])
-    session.commit("attached")
-    reader = repo.readonly_session()
-    assert reader.chunk_coords("/a").ravel().tolist() == [5, 6]
-    assert reader.get_chunk("/a", (6,)) == b"6"
-    assert manifest.extent == ((5, 7),)

@@ -60,8 +60,10 @@ def test_cold_lookups_match_the_full_manifest_and_decode_single_row_groups(repo_
     (manifest,) = {m.manifest_id for n in session.list_nodes() for m in n.manifests}
     ref = session.get_chunk_ref("/b", (77,))
     assert ref is not None and ref.inline_data == bytes([77]) * 3
-    assert repo.manifest_cache.groups_decoded == 1
-    assert not repo.manifest_cache.is_cached(manifest)  # the whole manifest was never decoded
+    assert repo.handle.manifest_cache.groups_decoded == 1
+    assert not repo.handle.manifest_cache.is_cached(
+        manifest
+    )  # the whole manifest was never decoded
     for path, grid in (("/a", (20, 10)), ("/b", (130,))):
         for coord in np.ndindex(grid):
             ref = session.get_chunk_ref(path, coord)
@@ -76,9 +78,9 @@ def test_cold_lookups_match_the_full_manifest_and_decode_single_row_groups(repo_
                     row["length"],
                 )
     # 230 refs in groups of 50: every group decoded once per array it holds, then reused.
-    assert repo.manifest_cache.groups_decoded <= 5 + 1
-    assert repo.manifest_cache.fetches == 1
-    assert not repo.manifest_cache.is_cached(manifest)
+    assert repo.handle.manifest_cache.groups_decoded <= 5 + 1
+    assert repo.handle.manifest_cache.fetches == 1
+    assert not repo.handle.manifest_cache.is_cached(manifest)
 
 
 def test_a_decoded_manifest_serves_lookups_without_decoding_groups(repo_url: str) -> None:
@@ -86,6 +88,6 @@ def test_a_decoded_manifest_serves_lookups_without_decoding_groups(repo_url: str
     session = repo.readonly_session()
     assert session.chunk_refs("/a").num_rows == 100  # decodes the whole manifest
     assert session.get_chunk_ref("/a", (4, 2)) is not None
-    assert repo.manifest_cache.groups_decoded == 0
-    assert repo.manifest_cache.fetches == 1
+    assert repo.handle.manifest_cache.groups_decoded == 0
+    assert repo.handle.manifest_cache.fetches == 1
     assert isinstance(session.chunk_refs("/b"), pa.Table)

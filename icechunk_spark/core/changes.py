@@ -20,7 +20,7 @@ from ..errors import InvalidInputError
 from ..format.coords import coord_keys, keys_to_coords
 from ..format.manifest import REF_SCHEMA, conform_refs, with_array_id
 from ..format.merge import merge_refs
-from ..format.structure import ManifestRef, Node
+from ..format.structure import Node
 from .snapshot import ChunkRef, row_ref
 from .staged import StagedRefs, union
 
@@ -180,8 +180,6 @@ class ChangeSet:
     updated: dict[str, Node] = field(default_factory=dict)  # path -> node with new zarr.json
     deleted: dict[str, Node] = field(default_factory=dict)  # path -> base node deleted
     chunks: dict[int, ArrayChanges] = field(default_factory=dict)  # node id -> changes
-    # node id -> prewritten manifests holding ALL of the array's refs (the biggest Spark jobs)
-    attached: dict[int, tuple[ManifestRef, ...]] = field(default_factory=dict)
     # node id -> refs staged in Parquet files outside the session (see ``staged``)
     staged: dict[int, list[StagedRefs]] = field(default_factory=dict)
     # node id -> coords to leave out of the staged refs (a concurrent writer's chunks won)
@@ -194,7 +192,6 @@ class ChangeSet:
             self.created
             or self.updated
             or self.deleted
-            or self.attached
             or self.staged
             or self.repack_all
             or any(len(c) for c in self.chunks.values())
@@ -231,7 +228,6 @@ class ChangeSet:
                 f"array {node.path!r} has chunk writes in this session; stage its refs in "
                 "another session (one array takes either, so the order of writes is clear)"
             )
-        self.attached.pop(node.id, None)
         self.staged.setdefault(node.id, []).append(staged)
 
     def staged_refs(self, node_id: int) -> StagedRefs | None:
@@ -255,7 +251,6 @@ class ChangeSet:
         """Delete ``node`` and its chunk changes; ``base``: its node in the base snapshot."""
         self.updated.pop(node.path, None)
         self.chunks.pop(node.id, None)
-        self.attached.pop(node.id, None)
         self.staged.pop(node.id, None)
         self.staged_drops.pop(node.id, None)
         if self.created.pop(node.path, None) is None:

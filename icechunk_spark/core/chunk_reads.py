@@ -10,6 +10,7 @@ The reader that knows which chunk it asked for adds the array and the coord
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -34,10 +35,7 @@ def read_ref(
     Raises:
         TruncatedChunkError: the chunk file ends before the bytes asked for.
     """
-    start, end = 0, ref.length
-    if byte_range is not None:
-        start = min(byte_range[0], ref.length)
-        end = ref.length if byte_range[1] is None else min(byte_range[1], ref.length)
+    start, end = _bounds(ref, byte_range)
     if ref.kind == "inline":
         assert ref.inline_data is not None
         return ref.inline_data[start:end]
@@ -47,6 +45,34 @@ def read_ref(
     # A virtual file that ends early is the VirtualReader's to report (VirtualRangeError).
     assert ref.virtual_path is not None
     return virtual.read(ref.virtual_path, ref.offset + start, end - start, ref.checksum)
+
+
+async def read_ref_async(
+    storage: Storage,
+    virtual: VirtualReader,
+    ref: ChunkRef,
+    byte_range: tuple[int, int | None] | None = None,
+) -> bytes:
+    """``read_ref`` for an event loop: a virtual read is awaited, so every concurrent read joins
+    one coalesced batch (not a thread each); a chunk file is read in a thread, so the loop
+    keeps going; inline bytes are at hand."""
+    if ref.kind == "virtual":
+        assert ref.virtual_path is not None
+        start, end = _bounds(ref, byte_range)
+        return await virtual.read_async(
+            ref.virtual_path, ref.offset + start, end - start, ref.checksum
+        )
+    if ref.kind == "native":
+        return await asyncio.to_thread(read_ref, storage, virtual, ref, byte_range)
+    return read_ref(storage, virtual, ref, byte_range)
+
+
+def _bounds(ref: ChunkRef, byte_range: tuple[int, int | None] | None) -> tuple[int, int]:
+    """``[start, end)`` of the ref's bytes, clipped to its length."""
+    if byte_range is None:
+        return 0, ref.length
+    start = min(byte_range[0], ref.length)
+    return start, ref.length if byte_range[1] is None else min(byte_range[1], ref.length)
 
 
 def _read_native(storage: Storage, key: str, start: int, end: int) -> bytes:

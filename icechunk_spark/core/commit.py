@@ -61,7 +61,7 @@ from .snapshot import SnapshotView
 from .staged_writes import PieceRunner
 
 if TYPE_CHECKING:
-    from .repository import Repository
+    from .handle import RepoHandle
 
 # Rebases onto concurrent commits, and lost compare-and-swap races, before giving up.
 MAX_REBASES = 200
@@ -136,7 +136,7 @@ class Commit:
 
     def __init__(
         self,
-        repo: Repository,
+        handle: RepoHandle,
         branch: str,
         base: SnapshotView,
         changes: ChangeSet,
@@ -146,7 +146,7 @@ class Commit:
         repack: ManifestConfig | None,
         options: CommitOptions,
     ) -> None:
-        self._repo = repo
+        self._handle = handle
         self._branch = branch
         self.base = base
         self._changes = changes
@@ -167,7 +167,7 @@ class Commit:
             RetriesExhaustedError: the branch kept moving (or races kept being lost).
             AlreadyCommittedError: the branch holds a snapshot with our ``once`` marks.
         """
-        storage, policy = self._repo.storage, self._options.policy
+        storage, policy = self._handle.storage, self._options.policy
         built = self._build()
         rebases = lost_races = 0
         while rebases < MAX_REBASES and lost_races < MAX_LOST_RACES:
@@ -204,11 +204,11 @@ class Commit:
     def _build(self) -> BuiltSnapshot:
         try:
             return build_snapshot(
-                self._repo.storage,
+                self._handle.storage,
                 self.base,
                 self._changes,
-                self._repack or self._repo.manifest_config,
-                self._repo.pool,
+                self._repack or self._handle.manifest_config,
+                self._handle.pool,
                 self._stats.tables(),
                 self._options.progress,
                 self._options.piece_runner,
@@ -224,7 +224,7 @@ class Commit:
         Raises:
             StaleSessionError: GC ran since the write began (nothing was committed).
         """
-        state = read_latest_state(self._repo.storage)
+        state = read_latest_state(self._handle.storage)
         fence = state.gc_fence
         if fence is None or AssertNoGCSince(self.fresh_since).holds(state):
             return  # no collection since we began: the object is missing for another reason
@@ -265,12 +265,12 @@ class Commit:
         """Move ``base`` to the branch tip, or raise ``ConflictError`` if our changes overlap
         what was committed since (after ``policy`` resolved what it can)."""
         tip = state.branch(self._branch).snapshot_id
-        storage = self._repo.storage
+        storage = self._handle.storage
         logs = [
             decode_txlog(storage.get(txlog_key(s)), txlog_key(s))
             for s in self._snapshots_since_base(state, tip)
         ]
-        tip_view = self._repo.snapshot_view(tip, state)
+        tip_view = self._handle.snapshot_view(tip, state)
         with self._changes.lock:
             nodes = current_nodes(self.base, self._changes)
             found = find_conflicts(
@@ -330,8 +330,8 @@ class Commit:
         saved: then the commit stops before publishing.
 
         Raises:
-            StaleSessionError: GC deleted a chunk file this session wrote, or manifests were
-                attached or refs staged (their chunk files cannot be re-checked here).
+            StaleSessionError: GC deleted a chunk file this session wrote, or refs were staged
+                (their chunk files cannot be re-checked here).
         """
         fence = state.gc_fence
         assert fence is not None
@@ -340,11 +340,10 @@ class Commit:
             self.fresh_since = state.generation  # the cut-off predates every object of ours
             return
         cutoff = datetime.fromtimestamp(fence.cutoff_ms / 1000, tz=UTC).isoformat()
-        if self._changes.attached or self._changes.staged:
+        if self._changes.staged:
             raise StaleSessionError(
                 f"garbage collection with a cut-off of {cutoff} started while this session "
-                "was writing, and may delete the chunk files of its attached manifests or "
-                "staged refs; "
+                "was writing, and may delete the chunk files of its staged refs; "
                 "nothing was committed: run the write again"
             )
         with self._changes.lock:
@@ -358,10 +357,10 @@ class Commit:
         if self.fresh_since < 0:
             return None
         key = state_key(self.fresh_since)
-        return next((i.modified_ms for i in self._repo.storage.list(key) if i.key == key), None)
+        return next((i.modified_ms for i in self._handle.storage.list(key) if i.key == key), None)
 
     def _copy_chunk_files(self, chunk_ids: Sequence[str], cutoff: str) -> dict[str, str]:
-        storage = self._repo.storage
+        storage = self._handle.storage
 
         def copy(old: str) -> tuple[str, str]:
             try:
@@ -377,4 +376,4 @@ class Commit:
             storage.put(chunk_key(new), data)
             return old, new
 
-        return dict(self._repo.pool.map(copy, chunk_ids))
+        return dict(self._handle.pool.map(copy, chunk_ids))

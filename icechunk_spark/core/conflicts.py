@@ -5,8 +5,9 @@ are conflicts a policy may resolve (``ours`` keeps our chunks, ``theirs`` drops 
 node changes never are:
 
 * both created a node at one path; both rewrote one node's metadata;
-* a metadata update, chunk write or manifest attachment to a node deleted concurrently;
-* attached manifests (all of an array's refs) for an array whose metadata or chunks changed;
+* a metadata update or chunk write to a node deleted concurrently;
+* chunk writes to an array whose refs a concurrent commit of an older version replaced whole
+  (``replace_chunks`` in its transaction log: it attached prewritten manifests);
 * a node created below a group deleted concurrently, or a subtree deleted while a node was
   created below it (either would leave an orphan);
 * chunk writes that a concurrent resize puts outside the chunk grid, or whose meaning a
@@ -66,7 +67,8 @@ class Theirs:
     node_kinds: Mapping[str, frozenset[ChangeKind]]
     node_ids_deleted: frozenset[int]
     node_ids_updated: frozenset[int]
-    node_ids_replaced: frozenset[int]  # all chunks replaced by attached manifests
+    # All chunks replaced by attached manifests: only commits of older versions log these.
+    node_ids_replaced: frozenset[int]
     chunks: Mapping[int, pa.Array]
     ranges: Mapping[int, tuple[Extent, ...]]  # chunks written somewhere in these (staged refs)
 
@@ -124,7 +126,6 @@ def find_conflicts(
     conflicts = [
         *_node_conflicts(ours, theirs),
         *_tree_conflicts(ours, theirs),
-        *_attached_conflicts(ours, theirs, paths_by_id),
         *_resize_conflicts(ours, theirs, our_nodes, tip_nodes),
         *_staged_node_conflicts(ours, theirs, paths_by_id, tip_nodes),
     ]
@@ -261,24 +262,6 @@ def _tree_conflicts(ours: ChangeSet, theirs: Theirs) -> list[Conflict]:
 def _ancestors(path: str) -> list[str]:
     parts = path.strip("/").split("/")
     return ["/" + "/".join(parts[:i]) for i in range(len(parts))] if path != "/" else []
-
-
-def _attached_conflicts(
-    ours: ChangeSet, theirs: Theirs, paths_by_id: Mapping[int, str]
-) -> list[Conflict]:
-    """Attached manifests hold *all* of an array's refs: any concurrent change to it overlaps."""
-    conflicts = []
-    for node_id in ours.attached:
-        path = paths_by_id.get(node_id, f"<node {node_id}>")
-        if node_id in theirs.node_ids_deleted:
-            conflicts.append(Conflict(path, "manifests attached to an array deleted concurrently"))
-        elif node_id in theirs.node_ids_updated:
-            conflicts.append(
-                Conflict(path, "manifests attached while metadata updated concurrently")
-            )
-        elif theirs.chunks_changed(node_id) or node_id in theirs.node_ids_replaced:
-            conflicts.append(Conflict(path, "all chunks replaced while changed concurrently"))
-    return conflicts
 
 
 def _resize_conflicts(

@@ -69,9 +69,9 @@ def build_snapshot(
     base_arrays = {n.id: n for n in base.nodes.values() if n.type == "array"}
     modified = _modified_arrays(base_arrays, arrays, changes)
     splits = split_arrays(base, changes, arrays, modified, manifest_config)
-    # Attached and split arrays get manifests of their own, outside the set packing; to the
-    # plan they look deleted, so any manifest they shared is rewritten without them.
-    own = {i for i in changes.attached if i in arrays} | set(splits)
+    # Split arrays get manifests of their own, outside the set packing; to the plan they
+    # look deleted, so any manifest they shared is rewritten without them.
+    own = set(splits)
     merged = _merge_modified(base, changes, arrays, modified - own - set(changes.staged), stats)
     created = frozenset(n.id for n in changes.created.values() if n.type == "array")
 
@@ -111,8 +111,6 @@ def build_snapshot(
             stats.get(node_id),
             progress,
         )
-    for node_id in own - set(splits):
-        new_refs[node_id] = list(changes.attached[node_id])
     final = {}
     for path, node in nodes.items():
         if node.type == "array" and (node.id in plan.closure or node.id in own):
@@ -236,11 +234,6 @@ def _refs_source(
 
 def _node_changes(changes: ChangeSet, arrays: Mapping[int, Node]) -> list[NodeChange]:
     out = [NodeChange(p, n.id, ChangeKind.DELETE_NODE) for p, n in changes.deleted.items()]
-    out += [
-        NodeChange(arrays[i].path, i, ChangeKind.REPLACE_CHUNKS)
-        for i in changes.attached
-        if i in arrays
-    ]
     for node_id in changes.staged:
         staged = changes.staged_refs(node_id)
         if node_id in arrays and staged is not None:

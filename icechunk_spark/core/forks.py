@@ -43,35 +43,28 @@ import os
 import pickle
 import socket
 import threading
-from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from ..chunks.codec import chunk_codec
-from ..chunks.stats import ChunkStats, StatsLog
-from ..errors import ForkConflictError, ForkError, InvalidInputError, NotFoundError
-from ..format.coords import coord_keys, decode_coord, decode_coords, encode_coord
+from ..chunks.stats import StatsLog
+from ..errors import ForkError, NotFoundError
+from ..format.coords import encode_coord
 from ..format.ids import new_object_id
 from ..format.keys import fork_marker_key, fork_markers_prefix, object_id
 from ..format.manifest import attach_stats
 from ..format.merge import merge_refs
-from ..format.paths import normalize_path
 from ..format.structure import Node
 from ..storage import Storage
 from . import overlay
-from .changes import ChangeSet, ChangeSummary
-from .chunk_reads import naming_chunk
-from .chunk_writes import store_chunk, virtual_ref, write_statistics
-from .ref_tables import check_coord, ref_table
+from .base_session import BaseSession
+from .changes import ChangeSet
+from .handle import RepoHandle
 from .snapshot import ChunkRef, SnapshotView
 
 if TYPE_CHECKING:
     from ..zarr_store import IcechunkStore
-    from .repository import Repository
 
 _NODES_BELONG_TO_THE_SESSION = (
     "a fork writes chunks only: create, update or delete groups and arrays in the parent "
@@ -105,7 +98,7 @@ class ForkLedger:
         self.lock = threading.Lock()
 
 
-class ForkSession:
+class ForkSession(BaseSession):
     """A writable, picklable fork of a session: writes chunks anywhere, merged by its session.
 
     >>> fork = session.fork()                                   # doctest: +SKIP
@@ -113,7 +106,9 @@ class ForkSession:
     >>> session.merge(fork)                                     # doctest: +SKIP
     >>> session.commit("written by a pool of processes")        # doctest: +SKIP
 
-    The rules are in the module docstring and in ``docs/forks.md``.
+    It reads and writes chunks as a session does (core/base_session.py); it reads the base
+    snapshot, then its session's changes when forked, then its own writes. The rules are in
+    the module docstring and in ``docs/forks.md``.
     """
 
     def __init__(
@@ -121,56 +116,86 @@ class ForkSession:
         origin: ForkOrigin,
         inherited: ChangeSet,
         *,
-        repo: Repository | None = None,
+        handle: RepoHandle | None = None,
         base: SnapshotView | None = None,
-        repo_pickle: bytes | None = None,
+        handle_pickle: bytes | None = None,
         changes: ChangeSet | None = None,
         stats: StatsLog | None = None,
         carried: frozenset[str] = frozenset(),
     ) -> None:
         """Prefer ``session.fork()``."""
+        super().__init__(
+            changes if changes is not None else ChangeSet(),  # the fork's own writes
+            stats if stats is not None else StatsLog(),
+            origin.branch,
+        )
         self._origin = origin
         self._inherited = inherited  # the session's changes when the fork was made (a copy)
-        self._repo = repo  # opened on first use when the fork was unpickled
-        self._repo_pickle = repo_pickle
+        self._handle = handle  # opened on first use when the fork was unpickled
+        self._handle_pickle = handle_pickle
         self._base = base
-        self._changes = changes if changes is not None else ChangeSet()  # the fork's own
-        self._stats = stats if stats is not None else StatsLog()
         # Each instance is a writer of its own: copies sent to two workers are two writers.
         self._writer = new_object_id()
         self._carried = set(carried)  # the writers whose changes self._changes holds
         self._marked = False
         self._lock = threading.Lock()
 
-    # -- identity -------------------------------------------------------------------------
-    @property
-    def branch(self) -> str | None:
-        """The branch of the session this fork came from."""
-        return self._origin.branch
-
+    # -- what a fork decides (core/base_session.py) ---------------------------------------
     @property
     def snapshot_id(self) -> str:
         """The snapshot this fork reads (its session's when the fork was made)."""
         return self._origin.snapshot_id
 
     @property
-    def read_only(self) -> bool:
-        """Always ``False``: a fork exists to write."""
-        return False
-
-    @property
-    def repository(self) -> Repository:
-        """The repository, opened again on first use in a process the fork was sent to.
+    def handle(self) -> RepoHandle:
+        """The repository handle, opened again on first use in a process the fork was sent to.
 
         Raises:
             ForkError: the repository is in ``memory://`` storage of another process.
         """
         self._check_process()
         with self._lock:
-            if self._repo is None:
-                assert self._repo_pickle is not None
-                self._repo = _reopen(self._repo_pickle)
-            return self._repo
+            if self._handle is None:
+                assert self._handle_pickle is not None
+                self._handle = _reopen(self._handle_pickle)
+            return self._handle
+
+    def _view(self) -> SnapshotView:
+        handle = self.handle
+        with self._lock:
+            if self._base is None:
+                self._base = handle.snapshot_view(self._origin.snapshot_id)
+            return self._base
+
+    def _node_layer(self) -> ChangeSet:
+        return self._inherited  # a fork changes no node: its session's, when forked
+
+    def _chunk_ref(self, node: Node, coord: tuple[int, ...]) -> ChunkRef | None:
+        with self._changes.lock:
+            own = self._changes.chunks.get(node.id)
+            found, ref = own.lookup(encode_coord(coord)) if own is not None else (False, None)
+        return ref if found else super()._chunk_ref(node, coord)
+
+    def _array_refs(self, node: Node) -> pa.Table:
+        assert node.meta is not None
+        storage = self.handle.storage
+        seen = overlay.array_refs(self._view(), self._inherited, StatsLog(), node, storage)
+        with self._changes.lock:
+            own = self._changes.chunks.get(node.id)
+            written = self._stats.table(node.id)
+            layers = [attach_stats(t, written) for t in own.layers(node.id)] if own else []
+        return merge_refs([seen, *layers], node.meta.ndim)
+
+    def _mark_written(self) -> None:
+        """Count this instance among the writers; an implicit fork leaves its marker once."""
+        with self._lock:
+            self._carried.add(self._writer)
+            if not self._origin.implicit or self._marked:
+                return
+            self._marked = True
+        marker = {"pid": os.getpid(), "host": socket.gethostname()}
+        key = fork_marker_key(self._origin.session, self._writer)
+        self.handle.storage.put(key, json.dumps(marker).encode())
 
     @property
     def store(self) -> IcechunkStore:
@@ -178,17 +203,6 @@ class ForkSession:
         from ..zarr_store import IcechunkStore
 
         return IcechunkStore(self)
-
-    def has_uncommitted_changes(self) -> bool:
-        """Whether this fork wrote or deleted any chunk."""
-        return not self._changes.is_empty()
-
-    def _view(self) -> SnapshotView:
-        repo = self.repository
-        with self._lock:
-            if self._base is None:
-                self._base = repo.snapshot_view(self._origin.snapshot_id)
-            return self._base
 
     def _check_process(self) -> None:
         origin = self._origin
@@ -200,156 +214,6 @@ class ForkSession:
                 "would vanish with it. Use file:// or s3:// storage to write from other "
                 "processes, or use threads (e.g. Dask's threaded scheduler)"
             )
-
-    # -- reading: the base snapshot, the session's changes when forked, then our own -------
-    def get_node(self, path: str) -> Node:
-        """The group or array at ``path``. Raises ``NotFoundError``."""
-        return overlay.node_at(self._view(), self._inherited, normalize_path(path))
-
-    def find_node(self, path: str) -> Node | None:
-        """The group or array at ``path``, or ``None`` when there is none."""
-        return overlay.find_node_at(self._view(), self._inherited, normalize_path(path))
-
-    def list_nodes(self) -> list[Node]:
-        """Every node, sorted by path."""
-        nodes = self._nodes()
-        return [nodes[p] for p in sorted(nodes)]
-
-    def _nodes(self) -> dict[str, Node]:
-        view = self._view()
-        with self._inherited.lock:
-            return overlay.current_nodes(view, self._inherited)
-
-    def _array(self, path: str) -> Node:
-        node = self.get_node(path)
-        if node.type != "array":
-            raise InvalidInputError(f"{node.path!r} is a group, not an array")
-        return node
-
-    def get_chunk_ref(self, path: str, coord: Sequence[int]) -> ChunkRef | None:
-        """Where the chunk's bytes are, or ``None`` when it was never written."""
-        node = self._array(path)
-        coord = check_coord(node, coord)
-        with self._changes.lock:
-            own = self._changes.chunks.get(node.id)
-            found, ref = own.lookup(encode_coord(coord)) if own is not None else (False, None)
-        if found:
-            return ref
-        storage = self.repository.storage
-        return overlay.chunk_ref(self._view(), self._inherited, node, coord, storage)
-
-    def get_chunk(
-        self, path: str, coord: Sequence[int], byte_range: tuple[int, int | None] | None = None
-    ) -> bytes | None:
-        """The chunk's bytes (``[start, end)`` of them with ``byte_range``), or ``None``."""
-        ref = self.get_chunk_ref(path, coord)
-        with naming_chunk(path, coord):
-            return None if ref is None else self.repository.read_ref(ref, byte_range)
-
-    def chunk_refs(self, path: str) -> pa.Table:
-        """Every ref of the array this fork sees, sorted by coord."""
-        node = self._array(path)
-        assert node.meta is not None
-        storage = self.repository.storage
-        seen = overlay.array_refs(self._view(), self._inherited, StatsLog(), node, storage)
-        with self._changes.lock:
-            own = self._changes.chunks.get(node.id)
-            written = self._stats.table(node.id)
-            layers = [attach_stats(t, written) for t in own.layers(node.id)] if own else []
-        return merge_refs([seen, *layers], node.meta.ndim)
-
-    def chunk_coords(self, path: str) -> np.ndarray:
-        """The coords of every chunk the array holds, as an ``(n, ndim)`` array, sorted."""
-        node = self._array(path)
-        assert node.meta is not None
-        return decode_coords(self.chunk_refs(path).column("coord"), node.meta.ndim)
-
-    def status(self) -> ChangeSummary:
-        """What this fork wrote so far (chunks per array; a fork changes no node)."""
-        paths = {n.id: p for p, n in self._nodes().items()}
-        with self._changes.lock:
-            return self._changes.summary(paths)
-
-    # -- writing chunks -------------------------------------------------------------------
-    def set_chunk(self, path: str, coord: Sequence[int], data: bytes) -> None:
-        """Store one chunk's encoded bytes (inline when small, else a chunk file in ``c/``).
-
-        Raises:
-            InvalidInputError: no array at ``path``, or ``coord`` outside its chunk grid.
-            ForkError: the repository is in ``memory://`` storage of another process.
-        """
-        node = self._array(path)
-        coord = check_coord(node, coord)
-        data = bytes(data)
-        stats = write_statistics(self.repository.config, node, coord, encoded=data)
-        self._store_chunk(node, coord, data, stats)
-
-    def set_chunk_values(self, path: str, coord: Sequence[int], values: np.ndarray) -> None:
-        """Encode a full chunk of values with the array's codecs and store it."""
-        node = self._array(path)
-        coord = check_coord(node, coord)
-        values = np.asarray(values)
-        data = chunk_codec(node.zarr_json).encode(values)
-        stats = write_statistics(self.repository.config, node, coord, values=values)
-        self._store_chunk(node, coord, data, stats)
-
-    def set_virtual_ref(
-        self,
-        path: str,
-        coord: Sequence[int],
-        url: str,
-        offset: int,
-        length: int,
-        checksum: str | None = None,
-    ) -> None:
-        """Point one chunk at bytes of another file; as ``Session.set_virtual_ref``."""
-        node = self._array(path)
-        coord = check_coord(node, coord)
-        containers = self.repository.config.virtual_chunk_containers
-        ref = virtual_ref(node, coord, url, offset, length, checksum, containers)
-        self._record(node, encode_coord(coord), ref, None)
-
-    def delete_chunk(self, path: str, coord: Sequence[int]) -> None:
-        """Delete one chunk: readers see the array's fill value there."""
-        node = self._array(path)
-        coord = check_coord(node, coord)
-        self._record(node, encode_coord(coord), None, None)
-
-    def set_chunk_refs(self, path: str, refs: pa.Table | Mapping[str, Any]) -> int:
-        """Bulk-set chunk refs of one array; as ``Session.set_chunk_refs``."""
-        node = self._array(path)
-        table = ref_table(refs, node, self.repository.config.virtual_chunk_containers)
-        self._mark_written()
-        with self._changes.lock:
-            self._changes.array_changes(node).add_table(table)
-        return int(table.num_rows)
-
-    def _store_chunk(
-        self, node: Node, coord: tuple[int, ...], data: bytes, stats: ChunkStats | None
-    ) -> None:
-        self._mark_written()  # before the chunk file: a writer that dies after it is marked
-        repo = self.repository
-        self._record(node, encode_coord(coord), store_chunk(repo.storage, repo.config, data), stats)
-
-    def _record(
-        self, node: Node, key: bytes, ref: ChunkRef | None, stats: ChunkStats | None
-    ) -> None:
-        self._mark_written()
-        with self._changes.lock:
-            self._changes.array_changes(node).set(key, ref)
-            if stats is not None and ref is not None:
-                self._stats.record(node.id, key, ref.chunk_id, ref.inline_data, stats)
-
-    def _mark_written(self) -> None:
-        """Count this instance among the writers; an implicit fork leaves its marker once."""
-        with self._lock:
-            self._carried.add(self._writer)
-            if not self._origin.implicit or self._marked:
-                return
-            self._marked = True
-        marker = {"pid": os.getpid(), "host": socket.gethostname()}
-        key = fork_marker_key(self._origin.session, self._writer)
-        self.repository.storage.put(key, json.dumps(marker).encode())
 
     # -- what a fork may not do -----------------------------------------------------------
     def set_node_metadata(self, path: str, zarr_json: bytes, *, create_only: bool = False) -> Node:
@@ -386,12 +250,19 @@ class ForkSession:
     # -- pickling -------------------------------------------------------------------------
     def __reduce__(self) -> tuple[Any, ...]:
         with self._lock:
-            if self._repo_pickle is None:
-                self._repo_pickle = pickle.dumps(self._repo)
+            if self._handle_pickle is None:
+                self._handle_pickle = pickle.dumps(self._handle)
             carried = frozenset(self._carried)
         return (
             _restore,
-            (self._origin, self._repo_pickle, self._inherited, self._changes, self._stats, carried),
+            (
+                self._origin,
+                self._handle_pickle,
+                self._inherited,
+                self._changes,
+                self._stats,
+                carried,
+            ),
         )
 
     def __repr__(self) -> str:
@@ -404,7 +275,7 @@ class ForkSession:
 
 def _restore(
     origin: ForkOrigin,
-    repo_pickle: bytes,
+    handle_pickle: bytes,
     inherited: ChangeSet,
     changes: ChangeSet,
     stats: StatsLog,
@@ -416,7 +287,7 @@ def _restore(
     return ForkSession(
         origin,
         inherited,
-        repo_pickle=repo_pickle,
+        handle_pickle=handle_pickle,
         changes=changes,
         stats=stats,
         carried=carried,
@@ -424,14 +295,14 @@ def _restore(
 
 
 @functools.lru_cache(maxsize=8)
-def _reopen(repo_pickle: bytes) -> Repository:
+def _reopen(handle_pickle: bytes) -> RepoHandle:
     """One repository handle per process for all the forks unpickled there."""
-    repo: Repository = pickle.loads(repo_pickle)
-    return repo
+    handle: RepoHandle = pickle.loads(handle_pickle)
+    return handle
 
 
 def make_fork(
-    repo: Repository,
+    handle: RepoHandle,
     base: SnapshotView,
     branch: str | None,
     changes: ChangeSet,
@@ -443,7 +314,7 @@ def make_fork(
     if implicit:
         with ledger.lock:
             ledger.implicit = True
-    url = repo.storage.url
+    url = handle.storage.url
     origin = ForkOrigin(
         session=ledger.token,
         snapshot_id=base.snapshot_id,
@@ -452,192 +323,7 @@ def make_fork(
         in_memory=url if url.startswith("memory://") else None,
         implicit=implicit,
     )
-    return ForkSession(origin, changes.copy(), repo=repo, base=base)
-
-
-# -- merging ------------------------------------------------------------------------------
-def merge_forks(
-    ledger: ForkLedger,
-    base: SnapshotView,
-    changes: ChangeSet,
-    stats: StatsLog,
-    forks: Sequence[ForkSession],
-) -> None:
-    """Apply the writes of ``forks`` to a session's ``changes`` and ``stats``, all or none.
-
-    Raises:
-        ForkError: a fork of another session, passed twice or merged already, made from
-            another snapshot, or writing to an array deleted or reshaped since.
-        ForkConflictError: a chunk written by two forks, or by a fork and by the session
-            after the fork was made.
-        InvalidInputError: something that is not a fork.
-    """
-    for fork in forks:
-        if not isinstance(fork, ForkSession):
-            raise InvalidInputError(
-                f"merge takes forks made by session.fork(), not {type(fork).__name__}"
-            )
-    with changes.lock, ledger.lock:
-        _check_identities(ledger, base, forks)
-        nodes = {n.id: n for n in overlay.current_nodes(base, changes).values()}
-        written = [_written_arrays(fork, base, nodes) for fork in forks]
-        _check_overlaps(forks, written, changes)
-        _apply(forks, changes, stats, nodes)
-        for fork in forks:
-            ledger.merged |= fork._carried | {fork._writer}
-
-
-@dataclass(frozen=True, slots=True)
-class _Written:
-    """The chunks one fork wrote to one array: the array now, and the coords (sorted)."""
-
-    node: Node
-    coords: pa.Array
-
-
-def _check_identities(ledger: ForkLedger, base: SnapshotView, forks: Sequence[ForkSession]) -> None:
-    seen: set[str] = set()
-    for fork in forks:
-        origin = fork._origin
-        if origin.session != ledger.token:
-            raise ForkError(
-                f"{fork!r} is a fork of another session, or of changes this session "
-                "discarded since: merge a fork into the session whose fork() made it"
-            )
-        writers = fork._carried | {fork._writer}
-        if writers & seen:
-            raise ForkError(f"{fork!r} (or a copy of it) is passed more than once")
-        seen |= writers
-        if writers & ledger.merged:
-            raise ForkError(
-                f"{fork!r} was merged already (or it is a copy of a fork merged already, "
-                "carrying the same writes): each fork's writes merge once"
-            )
-        if origin.snapshot_id != base.snapshot_id:
-            raise ForkError(
-                f"{fork!r} was made from snapshot {origin.snapshot_id}, but this session now "
-                f"reads {base.snapshot_id} (a failed commit rebased it): the fork's writes were "
-                "never checked against the commits in between. Fork again and redo them"
-            )
-
-
-def _written_arrays(
-    fork: ForkSession, base: SnapshotView, nodes: Mapping[int, Node]
-) -> dict[int, _Written]:
-    """The arrays ``fork`` wrote, each checked against the session's current node."""
-    out: dict[int, _Written] = {}
-    own = fork._changes
-    with own.lock:
-        arrays = {i: c.changed_coords() for i, c in own.chunks.items() if len(c)}
-        attached = bool(own.attached)
-    assert not attached, "forks cannot attach manifests"
-    if not arrays:
-        return out
-    # The fork read the session's base (checked equal) plus the session's changes then.
-    with fork._inherited.lock:
-        seen = {n.id: n for n in overlay.current_nodes(base, fork._inherited).values()}
-    for node_id, coords in arrays.items():
-        then = seen[node_id]
-        now = nodes.get(node_id)
-        if now is None or now.meta is None:
-            raise ForkError(
-                f"{fork!r} wrote chunks of {then.path!r}, which this session deleted (or "
-                "replaced by a new node) after the fork was made"
-            )
-        assert then.meta is not None
-        if now.meta.chunk_shape != then.meta.chunk_shape:
-            raise ForkError(
-                f"{fork!r} wrote chunks of {now.path!r} with chunk shape {then.meta.chunk_shape}, "
-                f"which this session changed to {now.meta.chunk_shape} after the fork was made"
-            )
-        if now.meta.ndim and np.any(
-            decode_coords(coords, now.meta.ndim) >= np.asarray(now.meta.grid_shape)
-        ):
-            raise ForkError(
-                f"{fork!r} wrote chunks of {now.path!r} outside its chunk grid "
-                f"{now.meta.grid_shape}: this session resized it after the fork was made"
-            )
-        out[node_id] = _Written(now, coords)
-    return out
-
-
-def _check_overlaps(
-    forks: Sequence[ForkSession], written: Sequence[Mapping[int, _Written]], changes: ChangeSet
-) -> None:
-    both: list[tuple[str, tuple[int, ...]]] = []
-    for node, coords in _between_forks(written):
-        both.extend((node.path, c) for c in coords)
-    if both:
-        raise ForkConflictError(both, "two of the forks merged wrote the same chunk")
-    for fork, arrays in zip(forks, written, strict=True):
-        later = list(_written_since_fork(fork, arrays, changes))
-        if later:
-            raise ForkConflictError(
-                later,
-                f"{fork!r} and this session (itself, or a fork merged earlier) both wrote "
-                "the same chunk after the fork was made",
-            )
-
-
-def _between_forks(
-    written: Sequence[Mapping[int, _Written]],
-) -> Iterator[tuple[Node, list[tuple[int, ...]]]]:
-    """Per array, the coords that more than one fork wrote (one sort, not pairs of forks)."""
-    by_array: dict[int, list[_Written]] = {}
-    for arrays in written:
-        for node_id, w in arrays.items():
-            by_array.setdefault(node_id, []).append(w)
-    for writes in by_array.values():
-        if len(writes) < 2:
-            continue
-        node = writes[0].node
-        assert node.meta is not None
-        keys = np.concatenate([coord_keys(w.coords, node.meta.ndim) for w in writes])
-        keys.sort()
-        twice = np.unique(keys[1:][keys[1:] == keys[:-1]])
-        if len(twice):
-            yield node, [decode_coord(k) for k in _key_bytes(twice, node.meta.ndim)]
-
-
-def _key_bytes(keys: np.ndarray, ndim: int) -> list[bytes]:
-    width = 4 * ndim
-    raw = np.ascontiguousarray(keys).tobytes()
-    return [raw[i * width : (i + 1) * width] for i in range(len(keys))] if width else [b""]
-
-
-def _written_since_fork(
-    fork: ForkSession, arrays: Mapping[int, _Written], changes: ChangeSet
-) -> Iterator[tuple[str, tuple[int, ...]]]:
-    """Chunks the fork wrote whose ref in the session changed after the fork was made."""
-    for node_id, w in arrays.items():
-        ours = changes.chunks.get(node_id)
-        if ours is None or not len(ours):
-            continue
-        mine = w.coords
-        overlap = mine.filter(pc.is_in(mine, ours.changed_coords()))
-        then = fork._inherited.chunks.get(node_id)
-        for key in overlap.to_pylist():
-            seen = then.lookup(key) if then is not None else (False, None)
-            if ours.lookup(key) != seen:
-                yield w.node.path, decode_coord(key)
-
-
-def _apply(
-    forks: Sequence[ForkSession], changes: ChangeSet, stats: StatsLog, nodes: Mapping[int, Node]
-) -> None:
-    """Add the forks' writes to ``changes``: one layer per array for all the forks together
-    (they are disjoint, checked), so a thousand forks do not make a thousand layers."""
-    layers: dict[int, list[pa.Table]] = {}
-    for fork in forks:
-        own = fork._changes
-        with own.lock:
-            for node_id, written in own.chunks.items():
-                if len(written):
-                    layers.setdefault(node_id, []).extend(written.layers(node_id))
-        stats.extend(fork._stats)
-    for node_id, tables in layers.items():
-        combined = pa.concat_tables(tables, promote_options="permissive")
-        changes.array_changes(nodes[node_id]).add_table(combined)
+    return ForkSession(origin, changes.copy(), handle=handle, base=base)
 
 
 # -- implicit forks that never came back ----------------------------------------------------

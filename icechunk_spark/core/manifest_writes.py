@@ -23,21 +23,11 @@ from ..storage import Storage
 from .coord_refs import CoordRefs
 
 
-def write_array_manifest(
-    storage: Storage, node_id: int, ndim: int, refs: pa.Table, set_name: str = "default"
-) -> ManifestRef:
-    """Write one manifest holding ``refs`` of one array; returns the structure's ref to it.
-
-    ``refs`` are sorted by coord, one row a coord (as ``merge_refs`` returns them): merging
-    again would copy a million-row table twice more for nothing.
-    """
-    return write_refs_manifest(storage, node_id, CoordRefs(refs, ndim), set_name)
-
-
 def write_refs_manifest(
     storage: Storage, node_id: int, refs: CoordRefs, set_name: str
 ) -> ManifestRef:
-    """``write_array_manifest`` of refs whose coords may be decoded already."""
+    """Write one manifest holding ``refs`` of one array (sorted by coord, one row a coord);
+    returns the structure's ref to it."""
     table = with_array_id(conform_refs(refs.table), node_id)
     manifest_id = new_object_id()
     storage.put(manifest_key(manifest_id), encode_manifest(table, presorted=True))

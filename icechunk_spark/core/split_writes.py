@@ -36,7 +36,7 @@ def split_arrays(
     out = {}
     for node_id in modified:
         node = arrays.get(node_id)
-        if node is None or node.meta is None or node_id in changes.attached:
+        if node is None or node.meta is None:
             continue
         base_node = base.nodes.get(node.path)
         committed = base_node.ref_count if base_node is not None and base_node.id == node_id else 0

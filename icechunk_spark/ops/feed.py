@@ -40,8 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core.branches import walk
-from ..core.snapshot import ManifestCache, SnapshotView
+from ..core import ManifestCache, SnapshotView, walk
 from ..errors import (
     HistoryExpiredError,
     HistoryRewrittenError,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..core.snapshot import ManifestCache, SnapshotView
+from ..core import ManifestCache, SnapshotView
 from ..format.coords import coord_keys, decode_coords
 from ..format.manifest import conform_refs, empty_refs
 from ..format.merge import merge_refs

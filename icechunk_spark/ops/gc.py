@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ..core.refs import read_hint, read_latest_state, update_state
+from ..core import read_hint, read_latest_state, update_state
 from ..errors import FormatError, InvalidInputError, NotFoundError
 from ..format.keys import (
     ATTRIBUTES_PREFIX,
@@ -83,7 +83,7 @@ from .history import utc_ms
 if TYPE_CHECKING:
     from concurrent.futures import Executor
 
-    from ..core.repository import Repository
+    from ..core import RepoHandle
 
 # Prefix -> the GCSummary field counting deletions under it.
 _KINDS = {
@@ -136,7 +136,7 @@ class _Reachable:
 
 
 def garbage_collect(
-    repo: Repository,
+    handle: RepoHandle,
     delete_object_older_than: datetime,
     *,
     dry_run: bool = False,
@@ -152,8 +152,9 @@ def garbage_collect(
     GC would delete after it. ``progress`` hears the stages: reading snapshots, reading
     manifests, listing objects, deleting objects.
 
-    >>> summary = garbage_collect(repo, datetime.now(UTC) - timedelta(days=1))  # doctest: +SKIP
-    >>> summary.bytes_deleted                                                  # doctest: +SKIP
+    >>> cutoff = datetime.now(UTC) - timedelta(days=1)                 # doctest: +SKIP
+    >>> summary = garbage_collect(repo.handle, cutoff)                 # doctest: +SKIP
+    >>> summary.bytes_deleted                                          # doctest: +SKIP
 
     Raises:
         InvalidInputError: the cut-off is not a datetime, or ``as_if`` without ``dry_run``.
@@ -163,10 +164,10 @@ def garbage_collect(
     cutoff_ms = utc_ms(delete_object_older_than, "delete_object_older_than")
     if as_if is not None and not dry_run:
         raise InvalidInputError("as_if is for dry runs: apply the change itself, then collect")
-    storage = repo.storage
+    storage = handle.storage
     state = _planned(read_latest_state(storage), as_if)
     reachable = _Reachable()
-    _mark(storage, repo.pool, state.snapshots.values(), reachable, progress)
+    _mark(storage, handle.pool, state.snapshots.values(), reachable, progress)
     if dry_run:
         # Report what a real run would delete: its fence would become the newest state (and
         # the hint), putting the state file read now below it.
@@ -187,7 +188,7 @@ def garbage_collect(
     # Commits may have landed while we listed; they may reference objects their sessions wrote
     # before the cut-off. Keep whatever the snapshots listed now reach (see the docstring, 3.).
     latest = _planned(read_latest_state(storage), as_if)
-    _mark(storage, repo.pool, latest.snapshots.values(), reachable, progress)
+    _mark(storage, handle.pool, latest.snapshots.values(), reachable, progress)
     garbage = [info for info in garbage if info.key not in reachable.keys]
 
     if not dry_run:

@@ -37,9 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core.branches import DEFAULT_BRANCH
-from ..core.refs import read_latest_state, update_state
-from ..core.snapshot import SnapshotView
+from ..core import DEFAULT_BRANCH, SnapshotView, read_latest_state, update_state
 from ..errors import InvalidInputError
 from ..format.coords import coord_keys
 from ..format.merge import merge_refs
@@ -47,7 +45,7 @@ from ..format.state import SnapshotInfo, State
 from ..format.structure import Node
 
 if TYPE_CHECKING:
-    from ..core.repository import Repository
+    from ..core import RepoHandle
 
 
 # The columns that locate a chunk's bytes; two refs are equal when all of them are.
@@ -76,7 +74,7 @@ class Diff:
 
 
 def diff(
-    repo: Repository,
+    handle: RepoHandle,
     *,
     from_snapshot_id: str | None = None,
     to_snapshot_id: str | None = None,
@@ -87,7 +85,7 @@ def diff(
 ) -> Diff:
     """Compare two snapshots, each named by exactly one of snapshot id, branch or tag.
 
-    >>> d = diff(repo, from_tag="v1", to_branch="main")     # doctest: +SKIP
+    >>> d = diff(repo.handle, from_tag="v1", to_branch="main")     # doctest: +SKIP
     >>> d.nodes_added, d.chunks_changed                      # doctest: +SKIP
     (('/new',), {'/temperature': 12})
 
@@ -95,11 +93,11 @@ def diff(
         InvalidInputError: not exactly one "from" and one "to" was given.
         NotFoundError: an unknown (or expired) snapshot, or an unknown branch or tag.
     """
-    state = read_latest_state(repo.storage)
+    state = read_latest_state(handle.storage)
     old_id = _resolve(state, "from", from_snapshot_id, from_branch, from_tag)
     new_id = _resolve(state, "to", to_snapshot_id, to_branch, to_tag)
-    old = repo.snapshot_view(old_id, state)
-    new = repo.snapshot_view(new_id, state)
+    old = handle.snapshot_view(old_id, state)
+    new = handle.snapshot_view(new_id, state)
 
     old_paths, new_paths = set(old.nodes), set(new.nodes)
     same_node = {p for p in old_paths & new_paths if old.nodes[p].id == new.nodes[p].id}
@@ -177,7 +175,7 @@ def same_refs(a: pa.Table, b: pa.Table) -> np.ndarray:
 
 
 def expire_snapshots(
-    repo: Repository,
+    handle: RepoHandle,
     older_than: datetime,
     *,
     delete_expired_branches: bool = False,
@@ -188,7 +186,8 @@ def expire_snapshots(
     Returns the ids of the snapshots no longer listed. Their files stay until
     ``garbage_collect``. See the module docstring for how history is re-linked.
 
-    >>> expired = expire_snapshots(repo, datetime.now(UTC) - timedelta(days=30))  # doctest: +SKIP
+    >>> cutoff = datetime.now(UTC) - timedelta(days=30)                # doctest: +SKIP
+    >>> expired = expire_snapshots(repo.handle, cutoff)                # doctest: +SKIP
 
     Raises:
         InvalidInputError: ``older_than`` is not a datetime.
@@ -206,7 +205,7 @@ def expire_snapshots(
         )
         return proposed
 
-    update_state(repo.storage, change)
+    update_state(handle.storage, change)
     return expired
 
 

@@ -30,9 +30,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from ..core.branches import DEFAULT_BRANCH
-from ..core.refs import read_latest_state
-from ..core.snapshot import ManifestCache
+from ..core import DEFAULT_BRANCH, ManifestCache, read_latest_state
 from ..errors import (
     HistoryExpiredError,
     HistoryRewrittenError,

@@ -29,15 +29,19 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..core.commit import CommitOptions
-from ..core.conflicts import ConflictPolicy
-from ..core.repository import Repository
-from ..core.requirements import AssertNotCommitted, landed_once
-from ..core.session import Session
-from ..core.staged import StagedFile, StagedRefs
-from ..core.staged_writes import PieceRunner
+from ..core import (
+    AssertNotCommitted,
+    CommitOptions,
+    ConflictPolicy,
+    PieceRunner,
+    Session,
+    StagedFile,
+    StagedRefs,
+    landed_once,
+)
 from ..errors import AlreadyCommittedError
 from ..format.keys import chunk_key
+from ..repository import Repository
 from ..storage import Storage
 from .chunks import read_journal
 from .plan import WRITE_ID_KEY, WritePlan

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from ..core.staged_writes import PieceRunner, PieceTask, write_piece_task
+from ..core import PieceRunner, PieceTask, write_piece_task
 from ..errors import InvalidInputError
 from ..format.structure import ManifestRef
 from ..storage import Storage

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.repository import Repository
+from ..repository import Repository
 from ..storage import parse_storage_options
 
 if TYPE_CHECKING:

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..core.repository import Repository
-from ..core.session import Session
+from ..core import Session
 from ..errors import InvalidInputError
+from ..repository import Repository
 from ..storage import Storage, open_storage
 
 STORAGE_PREFIX = "storage."

@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..core.repository import Repository
 from ..errors import InvalidInputError
 from ..format.ids import new_object_id
 from ..format.keys import STAGING_PREFIX
 from ..format.paths import normalize_path
 from ..format.structure import ArrayMeta, parse_array_meta, parse_zarr_json
+from ..repository import Repository
 from .options import RepoOptions, get, get_bool, get_int, parse_value, repo_options
 from .row_schema import RowKind, row_kind
 

@@ -18,8 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..chunks.codec import ChunkCodec
-from ..core.containers import resolve_url
-from ..core.staged import STAGED_SCHEMA, StagedFile, write_staged
+from ..core import STAGED_SCHEMA, StagedFile, resolve_url, write_staged
 from ..errors import InvalidInputError
 from ..format.coords import encode_coords
 from ..format.keys import chunk_key

@@ -24,9 +24,9 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from ..core.repository import Repository
 from ..errors import Conflict, ConflictError, InvalidInputError
 from ..format.ids import new_object_id
+from ..repository import Repository
 from .coordinator import StagedWrite, abort_write, run_commit
 from .options import get, repo_options
 from .plan import WritePlan, make_plan

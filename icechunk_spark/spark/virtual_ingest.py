@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from ..core.containers import resolve_target
+from ..core import resolve_target
 from ..virtual.file_rows import ROW_SCHEMA, FileSummary, scan_file, values_digest
 from ..virtual.ingest import UNREFERENCED_SOURCES, open_for_pattern, recorded_files
 from ..virtual.placement import Placement, place
@@ -41,8 +41,8 @@ from .distributed import commit_refs
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
 
-    from ..core.repository import Repository
-    from ..core.session import Session
+    from ..core import Session
+    from ..repository import Repository
 
 _SCANNED = (
     "kind string, file string, array string, coord array<bigint>, location string, "

@@ -54,7 +54,7 @@ Checksums are ``etag:<ETag>`` where the store has ETags (S3, many HTTP servers),
 ``mtime:<mtime>:<size>`` (local files): a rewrite that keeps size and mtime is not detected.
 """
 
-from ..core.virtual_reads import CoalesceSettings, VirtualReader, VirtualRequest, file_checksum
+from ..core import CoalesceSettings, VirtualReader, VirtualRequest, file_checksum
 from ..errors import SourceChangedError, VirtualRangeError, VirtualRefRefusedError
 from .combine import concat_reference_sets
 from .importers import import_kerchunk, import_netcdf, load_reference_set, scan_netcdf

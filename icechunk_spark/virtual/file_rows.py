@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..core.containers import resolve_target
+from ..core import resolve_target
 from ..errors import InvalidInputError
 from ..format.paths import normalize_path
 from .combine import inherited_attrs, read_values
@@ -220,7 +220,7 @@ def scan_file(
     """
     import fsspec.core
 
-    from ..core.virtual_reads import file_checksum
+    from ..core import file_checksum
     from .writer import container_options
 
     canonical = resolve_target(absolute_url(url), containers)[0]

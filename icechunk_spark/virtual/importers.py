@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.containers import resolve_target
+from ..core import resolve_target
 from ..errors import IcechunkSparkError, InvalidInputError, NotFoundError
 from ..progress import Progress, track
 from .combine import DEFAULT_MATERIALIZE_MAX_BYTES, Fetch, concat_reference_sets, read_values
@@ -19,7 +19,7 @@ from .references import ReferenceSet, parse_json_refs, parse_parquet_refs
 from .writer import ImportSummary, absolute_url, container_options, resolve_all, write_reference_set
 
 if TYPE_CHECKING:
-    from ..core.session import Session
+    from ..core import Session
 
 KerchunkRefs = Mapping[str, Any] | str | Path
 
@@ -215,7 +215,7 @@ def import_netcdf(
     files = [urls] if isinstance(urls, str) else list(urls)
     if not files:
         raise InvalidInputError("import_netcdf needs at least one file")
-    containers = session.repository.config.virtual_chunk_containers
+    containers = session.handle.config.virtual_chunk_containers
     absolute = [resolve_target(absolute_url(u), containers)[0] for u in files]  # refuse first
 
     def scan(url: str) -> ReferenceSet:

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.containers import resolve_target
+from ..core import resolve_target
 from ..errors import InvalidInputError
 from .importers import check_hdf5, import_netcdf
 
 if TYPE_CHECKING:
-    from ..core.repository import Repository
-    from ..core.session import Session
+    from ..core import Session
     from ..progress import Progress
+    from ..repository import Repository
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +83,8 @@ def open_for_files(
 
     An existing repository that lacks the container gets it added to its config.
     """
-    from ..core.config import RepositoryConfig
-    from ..core.repository import Repository
+    from ..core import RepositoryConfig
+    from ..repository import Repository
 
     options = dict(file_options or {})
     repo = Repository.open_or_create(
@@ -180,7 +180,7 @@ def open_for_pattern(
         InvalidInputError: nothing matches ``pattern``, or a file is not NetCDF4/HDF5.
         VirtualRefRefusedError: a file lies outside the container (also via a symlink).
     """
-    from ..core.repository import Repository
+    from ..repository import Repository
 
     found = list_files(pattern, file_options)
     container = container or folder_of(found)

@@ -20,15 +20,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core.containers import resolve_target
-from ..core.virtual_reads import file_checksum
+from ..core import file_checksum, resolve_target
 from ..errors import InvalidInputError, NotFoundError
 from ..format.coords import encode_coords
 from ..format.paths import normalize_path
 from .references import ArrayRefs, ReferenceSet
 
 if TYPE_CHECKING:
-    from ..core.session import Session
+    from ..core import Session
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +78,7 @@ def write_reference_set(
         NotFoundError: a referenced file does not exist (when its info is needed).
     """
     base = normalize_path(group)
-    containers = session.repository.config.virtual_chunk_containers
+    containers = session.handle.config.virtual_chunk_containers
     resolved = resolve_all(refset, containers, remote_protocol)
     need_info = checksums or _has_whole_file_refs(refset)
     infos = (
@@ -151,7 +150,7 @@ def _file_infos(
 
 
 def container_options(url: str, containers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    from ..core.containers import normalize_prefix
+    from ..core import normalize_prefix
 
     matches = [(normalize_prefix(p), dict(o)) for p, o in containers.items()]
     matches = [m for m in matches if url.startswith(m[0])]

@@ -34,7 +34,7 @@ def expected_chunk_rows(repo: Repository, snapshot_id: str | None = None) -> lis
         if node.type != "array":
             continue
         assert node.meta is not None
-        view = repo.snapshot_view(session.snapshot_id)
+        view = repo.handle.snapshot_view(session.snapshot_id)
         # Statistics as the core reports them (chunk_stats: edge chunks read as null).
         table = session.chunk_stats(node.path)
         stats = {

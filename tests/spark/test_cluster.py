@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import zarr
 
-from icechunk_spark.core.repository import Repository
+from icechunk_spark.repository import Repository
 from tests.conftest import S3_BUCKET, s3_options
 from tests.support.spark_servers import StandaloneCluster
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import zarr
 
-from icechunk_spark.core.repository import Repository
+from icechunk_spark.repository import Repository
 from icechunk_spark.spark.streaming import STREAM_BATCH_KEY
 from tests.support.spark_servers import ConnectServer
 

@@ -49,7 +49,7 @@ def _rows(first: int, chunks: int) -> pa.Table:
 
 
 def _collect_now(repo: Repository) -> None:
-    garbage_collect(repo, datetime.now(UTC) + timedelta(seconds=1))
+    garbage_collect(repo.handle, datetime.now(UTC) + timedelta(seconds=1))
 
 
 def _values(repo: Repository) -> list[float]:

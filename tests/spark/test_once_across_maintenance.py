@@ -39,8 +39,8 @@ pytestmark = pytest.mark.spark
 def _maintain(repo: Repository) -> frozenset[str]:
     """Expire every snapshot but the tips, then collect everything unreachable: cut-off now."""
     now = datetime.now(UTC) + timedelta(seconds=1)
-    expired = expire_snapshots(repo, now)
-    garbage_collect(repo, now)
+    expired = expire_snapshots(repo.handle, now)
+    garbage_collect(repo.handle, now)
     return expired
 
 

@@ -137,7 +137,7 @@ def test_as_if_is_for_dry_runs_only(repo):
     # A real run with a state change it would not make: refused, before anything is written.
     before = repo.state().generation
     with pytest.raises(InvalidInputError, match="dry runs"):
-        garbage_collect(repo, _now_plus(), as_if=lambda state: state)
+        garbage_collect(repo.handle, _now_plus(), as_if=lambda state: state)
     assert repo.state().generation == before
 
 

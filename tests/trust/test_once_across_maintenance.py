@@ -40,10 +40,10 @@ def test_a_replay_after_its_snapshot_was_expired_is_refused(backend, collect: bo
     landed = _write(repo, 0, b"\x01").commit("batch 1", once=MARKS)
     other = _write(repo, 1, b"\x02").commit("another writer")
 
-    expired = expire_snapshots(repo, _now())
+    expired = expire_snapshots(repo.handle, _now())
     assert landed in expired  # the batch's own snapshot is gone from the history
     if collect:
-        garbage_collect(repo, _now())
+        garbage_collect(repo.handle, _now())
 
     with pytest.raises(AlreadyCommittedError) as info:
         _write(repo, 2, b"\x01").commit("batch 1, replayed", once=MARKS)
@@ -61,10 +61,10 @@ def test_marks_survive_expiry_twice_and_stay_on_their_own_branch(backend) -> Non
     _write(repo, 0, b"\x01").commit("batch 1", once=MARKS)
     _write(repo, 1, b"\x02").commit("middle")
     repo.create_branch("side", base)  # side never held the batch
-    expire_snapshots(repo, _now())
+    expire_snapshots(repo.handle, _now())
     tip = _write(repo, 3, b"\x03").commit("later")
     _write(repo, 4, b"\x04").commit("tip")
-    expire_snapshots(repo, _now())  # the snapshot carrying the marks is expired in turn
+    expire_snapshots(repo.handle, _now())  # the snapshot carrying the marks is expired in turn
 
     assert landed_once(repo.state(), MARKS, branch="main") is not None
     assert tip not in repo.state().snapshots
@@ -81,7 +81,7 @@ def test_any_branch_lookup_finds_marks_carried_by_expiry(backend) -> None:
     marks = {"icechunk_spark.write_id": "w-1"}
     _write(repo, 0, b"\x01").commit("write", once=marks)
     tip = _write(repo, 1, b"\x02").commit("next")
-    expire_snapshots(repo, _now())
+    expire_snapshots(repo.handle, _now())
     assert landed_once(repo.state(), marks) == tip
     assert landed_once(repo.state(), {"icechunk_spark.write_id": "w-2"}) is None
     assert landed_once(repo.state(), marks, branch="no-such-branch") is None

@@ -1,4 +1,4 @@
-"""Concurrent changes to the node tree, to array metadata, or to attached manifests conflict.
+"""Concurrent changes to the node tree or to array metadata conflict.
 
 Each case was silent data loss before: a commit reported success and the other writer's data,
 or its own, was gone (orphan nodes, dropped chunk writes, manifests of a deleted array).
@@ -11,7 +11,6 @@ import json
 import pytest
 
 from icechunk_spark import ConflictError, Repository
-from icechunk_spark.core.manifest_writes import write_array_manifest
 from tests.support.helpers import create_repo
 
 
@@ -37,35 +36,10 @@ def _resize(repo: Repository, path: str, shape: tuple[int, ...], chunks: tuple[i
     return session.commit(f"resize {path}")
 
 
-def _attach_two_chunks(repo: Repository, session, path: str) -> None:
-    scratch = repo.writable_session()
-    scratch.set_chunk(path, (1,), b"\x02")
-    scratch.set_chunk(path, (2,), b"\x03")
-    node = session.get_node(path)
-    manifest = write_array_manifest(repo.storage, node.id, 1, scratch.chunk_refs(path))
-    session.attach_manifests(path, [manifest])
-
-
 def _assert_conflict(session, kind: str) -> None:
     with pytest.raises(ConflictError) as info:
         session.commit("loses")
     assert any(kind in c.kind for c in info.value.conflicts), info.value.conflicts
-
-
-def test_attached_manifests_of_an_array_deleted_concurrently(repo):
-    session = repo.writable_session()
-    _attach_two_chunks(repo, session, "/a")
-    other = repo.writable_session()
-    other.delete_node("/a")
-    other.commit("delete /a")
-    _assert_conflict(session, "deleted concurrently")
-
-
-def test_attached_manifests_of_an_array_whose_metadata_changed(repo):
-    session = repo.writable_session()
-    _attach_two_chunks(repo, session, "/a")
-    _resize(repo, "/a", (20,), (1,))
-    _assert_conflict(session, "metadata updated concurrently")
 
 
 def test_create_under_a_group_deleted_concurrently(repo):

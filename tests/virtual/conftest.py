@@ -55,4 +55,4 @@ def make_repo(tmp_path: Path) -> Iterator[RepoFactory]:
     yield factory
     for repo in made:
         repo.close()
-        repo.virtual_reader.close()
+        repo.handle.virtual_reader.close()

@@ -251,7 +251,7 @@ def test_files_of_another_dtype_are_decoded_or_refused(
         import_netcdf(session, [*urls, odd.as_uri()], concat_dim="time", materialize_max_bytes=0)
     import_netcdf(session, [*urls, odd.as_uri()], concat_dim="time")
     session.commit("promoted")
-    ds = open_repo_dataset(session.repository)
+    ds = open_repo_dataset(Repository(session.handle))
     assert ds["v"].dtype == np.float64
     np.testing.assert_array_equal(ds["v"].values[4:], np.zeros((2, 4)))
 

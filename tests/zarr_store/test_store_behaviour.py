@@ -264,7 +264,7 @@ def test_deleting_missing_keys_records_no_change(session: Any) -> None:
     store = session.store
     sync(store.set("zarr.json", buf(array_doc(1))))
     session.commit("array")
-    writer = session.repository.writable_session("main")
+    writer = Repository(session.handle).writable_session("main")
     for key in ["c/3", "c/63", "c/64", "missing/zarr.json", "missing/c/0", "zarr.json/x"]:
         sync(writer.store.delete(key))
     assert not writer.has_uncommitted_changes()

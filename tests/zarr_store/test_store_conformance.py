@@ -355,7 +355,7 @@ class CommittedStore(IcechunkStore):
         return self.current
 
     def follow_tip(self) -> None:
-        self.current = self.current.repository.readonly_session("main")
+        self.current = Repository(self.current.handle).readonly_session("main")
 
 
 class TestReadOnlyStore(ReadOnlySyncTests, _IcechunkStoreTests):
@@ -380,7 +380,7 @@ class TestReadOnlyStore(ReadOnlySyncTests, _IcechunkStoreTests):
 
     async def put(self, store: IcechunkStore, items: Mapping[str, bytes]) -> None:
         assert isinstance(store, CommittedStore)
-        writer = store.session.repository.writable_session("main")
+        writer = Repository(store.session.handle).writable_session("main")
         for key, value in items.items():
             write_raw(writer, key, value)
         writer.commit(f"write {len(items)} keys")

@@ -56,7 +56,7 @@ def repo(tmp_path: Path) -> Iterator[Repository]:
     )
     yield repo
     repo.close()
-    repo.virtual_reader.close()
+    repo.handle.virtual_reader.close()
 
 
 def write_arrays(session: Session) -> None:

@@ -2,36 +2,32 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
-from ..errors import AlreadyExistsError, NotFoundError
-from ..format.keys import MANIFESTS_PREFIX, object_id, state_key
-from ..format.state import SnapshotInfo, State
-from ..ops import gc, history
-from ..progress import Progress, track
-from ..splitting import ManifestConfig, default_config, parse_config
-from ..storage import Storage, open_storage
-from . import branches
-from .branches import DEFAULT_BRANCH, check_ref_name, snapshot_as_of, walk
-from .chunk_reads import read_ref
-from .config import RepositoryConfig
-from .containers import Authorization
-from .preload import start_preload
-from .refs import initial_state, publish_state, read_latest_state, update_state
-from .session import Session
-from .snapshot import (
-    ChunkRef,
-    ManifestCache,
+from .core import (
+    DEFAULT_BRANCH,
+    Authorization,
     ManifestInfo,
-    SnapshotView,
-    ViewCache,
+    RepoHandle,
+    RepositoryConfig,
+    Session,
+    branches,
+    check_ref_name,
     manifest_infos,
+    read_latest_state,
+    snapshot_as_of,
+    update_state,
+    walk,
 )
-from .virtual_reads import VirtualReader
+from .errors import AlreadyExistsError, NotFoundError
+from .format.keys import MANIFESTS_PREFIX, object_id
+from .format.state import SnapshotInfo, State
+from .ops import gc, history
+from .progress import Progress, track
+from .splitting import ManifestConfig, parse_config
+from .storage import Storage, open_storage
 
 
 class Repository:
@@ -41,72 +37,31 @@ class Repository:
     >>> session = repo.writable_session("main")             # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        storage: Storage,
-        state: State,
-        config_override: RepositoryConfig | Mapping[str, Any] | None = None,
-        authorize_virtual: Authorization | list[str] | None = None,
-        storage_options: Mapping[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, handle: RepoHandle) -> None:
         """Prefer ``Repository.open`` / ``create`` / ``open_or_create``."""
-        self._storage = storage
-        self._storage_options = dict(storage_options or {})
-        self._config_override = config_override
-        self._authorized = _authorization(authorize_virtual)
-        self._config = RepositoryConfig.from_dict(state.config).merged(config_override)
-        self._manifest_config: ManifestConfig = (
-            parse_config(self._config.manifests)
-            if self._config.manifests is not None
-            else default_config()
-        )
-        self._manifest_cache = ManifestCache(storage)
-        self._pool = ThreadPoolExecutor(
-            max_workers=self._config.max_concurrent_writes, thread_name_prefix="icechunk-io"
-        )
-        self._virtual_reader = VirtualReader(
-            self._config.virtual_chunk_containers,
-            self._authorized,
-            verify_checksums=self._config.verify_virtual_checksums,
-        )
-        self._views = ViewCache()
-        self._preload_thread: threading.Thread | None = None
+        self._handle = handle
 
     # -- what the handle holds (read-only) ---------------------------------------------------
     @property
+    def handle(self) -> RepoHandle:
+        """The engine's view of this repository (core/handle.py): sessions, commits and the
+        maintenance verbs work with it."""
+        return self._handle
+
+    @property
     def storage(self) -> Storage:
         """Where the repository's objects live."""
-        return self._storage
+        return self._handle.storage
 
     @property
     def config(self) -> RepositoryConfig:
         """The stored config under this handle's overrides."""
-        return self._config
+        return self._handle.config
 
     @property
     def manifest_config(self) -> ManifestConfig:
         """The manifest-splitting config that commits pack manifests under."""
-        return self._manifest_config
-
-    @property
-    def manifest_cache(self) -> ManifestCache:
-        """Decoded manifests, shared by every session of this handle."""
-        return self._manifest_cache
-
-    @property
-    def pool(self) -> ThreadPoolExecutor:
-        """The I/O threads that write manifests and chunk files (``max_concurrent_writes``)."""
-        return self._pool
-
-    @property
-    def virtual_reader(self) -> VirtualReader:
-        """Reads virtual refs from the containers this handle authorized."""
-        return self._virtual_reader
-
-    @property
-    def preload_thread(self) -> threading.Thread | None:
-        """The thread preloading the manifests of the latest session's snapshot, if any."""
-        return self._preload_thread
+        return self._handle.manifest_config
 
     # -- opening --------------------------------------------------------------------------
     @classmethod
@@ -133,13 +88,7 @@ class Repository:
             AlreadyExistsError: a repository exists at ``url`` already.
             ConfigError: ``config`` is invalid.
         """
-        storage = open_storage(url, **dict(storage_options or {}))
-        state = initial_state(storage, RepositoryConfig().merged(config).to_dict())
-        if storage.exists(state_key(0)) or not publish_state(storage, state):
-            raise AlreadyExistsError(
-                f"a repository exists at {storage.url} already; open it with Repository.open"
-            )
-        return cls(storage, state, None, authorize_virtual, storage_options)
+        return cls(RepoHandle.create(url, config, storage_options, authorize_virtual))
 
     @classmethod
     def open(
@@ -160,8 +109,7 @@ class Repository:
         Raises:
             NotFoundError: there is no repository at ``url``.
         """
-        storage = open_storage(url, **dict(storage_options or {}))
-        return cls(storage, read_latest_state(storage), config, authorize_virtual, storage_options)
+        return cls(RepoHandle.open(url, config, storage_options, authorize_virtual))
 
     @classmethod
     def open_or_create(
@@ -193,16 +141,10 @@ class Repository:
         except NotFoundError:
             return False
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (
-            _reopen,
-            (self.storage, self._config_override, self._authorized, self._storage_options),
-        )
-
     # -- state ----------------------------------------------------------------------------
     def state(self) -> State:
         """The latest committed state (read fresh every call)."""
-        return read_latest_state(self.storage)
+        return self._handle.state()
 
     def set_config(self, config: RepositoryConfig | Mapping[str, Any]) -> RepositoryConfig:
         """Validate and store a new repository config (keys not given keep their value).
@@ -229,16 +171,8 @@ class Repository:
             return state.next(config=change(RepositoryConfig.from_dict(state.config)).to_dict())
 
         published = update_state(self.storage, next_state)
-        self.adopt_config(published.config)
+        self._handle.adopt_config(published.config)
         return RepositoryConfig.from_dict(published.config)
-
-    def adopt_config(self, stored: Mapping[str, Any]) -> None:
-        """Use ``stored`` (a state's config) from now on, under this handle's overrides."""
-        new = RepositoryConfig.from_dict(stored)
-        self._config = new.merged(self._config_override) if self._config_override else new
-        self._manifest_config = (
-            parse_config(new.manifests) if new.manifests is not None else default_config()
-        )
 
     # -- sessions -------------------------------------------------------------------------
     def writable_session(
@@ -264,9 +198,9 @@ class Repository:
         """
         state = self.state()
         base = base_snapshot_id or state.branch(branch).snapshot_id
-        view = self._view_with_preload(base, state)
+        view = self._handle.view_with_preload(base, state)
         since = state.generation if fresh_since is None else fresh_since
-        return Session(self, view, branch, read_only=False, fresh_since=since)
+        return Session(self._handle, view, branch, read_only=False, fresh_since=since)
 
     def readonly_session(
         self,
@@ -294,40 +228,9 @@ class Repository:
         target = state.resolve(branch, tag, snapshot_id, DEFAULT_BRANCH)
         if as_of is not None:
             target = snapshot_as_of(state, target, as_of)
-        view = self._view_with_preload(target, state)
+        view = self._handle.view_with_preload(target, state)
         on_branch = None if tag is not None or snapshot_id is not None else branch
-        return Session(self, view, on_branch, read_only=True)
-
-    def _view_with_preload(self, snapshot_id: str, state: State) -> SnapshotView:
-        view = self.snapshot_view(snapshot_id, state)
-        self._preload_thread = start_preload(
-            view, self.manifest_config.preload, self.manifest_cache
-        )
-        return view
-
-    def snapshot_view(self, snapshot_id: str, state: State | None = None) -> SnapshotView:
-        """The (cached) view of one snapshot; ``state``: where to look its files up.
-
-        Raises:
-            NotFoundError: no such snapshot.
-        """
-        view = self._views.get(snapshot_id)
-        if view is not None:
-            return view
-        info = (state or self.state()).snapshot(snapshot_id)
-        view = SnapshotView.load(
-            self.storage, snapshot_id, info.structure_file, self.manifest_cache
-        )
-        self.remember_view(view)
-        return view
-
-    def remember_view(self, view: SnapshotView) -> None:
-        """Cache ``view`` (a session's own commit) so new sessions skip reading it."""
-        self._views.put(view)
-
-    def read_ref(self, ref: ChunkRef, byte_range: tuple[int, int | None] | None = None) -> bytes:
-        """The bytes a chunk ref points to (a sub-range of them with ``byte_range``)."""
-        return read_ref(self.storage, self.virtual_reader, ref, byte_range)
+        return Session(self._handle, view, on_branch, read_only=True)
 
     # -- manifests ------------------------------------------------------------------------
     def manifests(
@@ -340,7 +243,7 @@ class Repository:
             object_id(info.key, MANIFESTS_PREFIX): info.size
             for info in self.storage.list(MANIFESTS_PREFIX)
         }
-        return manifest_infos(self.snapshot_view(target, state), sizes)
+        return manifest_infos(self._handle.snapshot_view(target, state), sizes)
 
     def rewrite_manifests(
         self,
@@ -361,7 +264,7 @@ class Repository:
         # Read every manifest up front, in parallel, so the (cached) reads are a stage of
         # their own rather than hidden in the commit's writes.
         ids = sorted({m.manifest_id for n in session.list_nodes() for m in n.manifests})
-        fetched = self.pool.map(self.manifest_cache.get, ids)
+        fetched = self._handle.pool.map(self._handle.manifest_cache.get, ids)
         for _ in track(progress, "reading manifests", fetched, len(ids)):
             pass
         return session.commit(message, {"rewrite_manifests": True}, progress=progress)
@@ -427,7 +330,7 @@ class Repository:
         self._change_state(branches.without_tag, name)
 
     def _change_state(self, change: Callable[..., State], *args: str) -> None:
-        update_state(self._storage, lambda state: change(state, *args))
+        update_state(self.storage, lambda state: change(state, *args))
 
     # -- history --------------------------------------------------------------------------
     def lookup_snapshot(self, snapshot_id: str) -> SnapshotInfo:
@@ -453,7 +356,7 @@ class Repository:
     ) -> history.Diff:
         """Nodes added, deleted and updated, and chunks changed per array, between two snapshots."""
         return history.diff(
-            self,
+            self._handle,
             from_snapshot_id=from_snapshot_id,
             to_snapshot_id=to_snapshot_id,
             from_branch=from_branch,
@@ -471,7 +374,7 @@ class Repository:
     ) -> frozenset[str]:
         """Stop listing snapshots older than ``older_than`` (branch and tag tips stay)."""
         return history.expire_snapshots(
-            self,
+            self._handle,
             older_than,
             delete_expired_branches=delete_expired_branches,
             delete_expired_tags=delete_expired_tags,
@@ -486,26 +389,12 @@ class Repository:
     ) -> gc.GCSummary:
         """Delete objects no listed snapshot reaches and older than the cut-off."""
         return gc.garbage_collect(
-            self, delete_object_older_than, dry_run=dry_run, progress=progress
+            self._handle, delete_object_older_than, dry_run=dry_run, progress=progress
         )
 
     def close(self) -> None:
         """Wait for writes in flight and release the I/O threads."""
-        self.pool.shutdown(wait=True)
+        self._handle.close()
 
     def __repr__(self) -> str:
         return f"<Repository {self.storage.url}>"
-
-
-def _authorization(value: Authorization | list[str] | None) -> dict[str, dict[str, Any]]:
-    if value is None:
-        return {}
-    if isinstance(value, Mapping):
-        return {k: dict(v) for k, v in value.items()}
-    return {prefix: {} for prefix in value}
-
-
-def _reopen(
-    storage: Storage, config: Any, authorized: Authorization, storage_options: Mapping[str, Any]
-) -> Repository:
-    return Repository.open(storage, config, storage_options, dict(authorized))
