@@ -35,6 +35,7 @@ LAYERS = {
     "xarray": 5,  # to_repository: xarray datasets through forks (beside the zarr store)
     "inventory": 5,
     "virtual": 5,
+    "values": 5,  # arrays as tables: labels <-> indexes, chunk planning, rows (xarray, no Spark)
     "testing": 5,
     "spark": 6,
     "cli": 7,

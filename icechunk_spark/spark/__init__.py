@@ -5,6 +5,7 @@
 >>> spark.read.format("icechunk").load("file:///data/repo")     # doctest: +SKIP
 >>> commit_refs(refs_df, "s3://bucket/repo", message="import")  # doctest: +SKIP
 >>> read_chunks(spark, "file:///data/repo").count()             # doctest: +SKIP
+>>> aggregate(spark, url, "tas", {"time": ("2001-07-01", "2001-07-31")})  # doctest: +SKIP
 
 Spark also finds the source without ``register`` through the top-level ``pyspark_icechunk``
 package, when this package is installed where Spark's Python workers run.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .aggregate import aggregate
 from .distributed import commit_refs, write_chunks
 from .native import read_chunks
 from .source import NAME, IcechunkDataSource
@@ -30,6 +32,7 @@ def register(spark: SparkSession) -> None:
 __all__ = [
     "NAME",
     "IcechunkDataSource",
+    "aggregate",
     "commit_refs",
     "read_chunks",
     "register",

@@ -24,6 +24,9 @@ READ_TARGET = frozenset({"branch", "tag", "snapshot", "as_of"})
 
 CHUNKS_READ = REPOSITORY | READ_TARGET | {"table", "arrays", "rows_per_partition"}
 METADATA_READ = REPOSITORY | READ_TARGET | {"table"}
+VALUES_READ = (
+    REPOSITORY | READ_TARGET | {"table", "arrays", "group", "decode", "rows_per_partition"}
+)
 # One list for the batch table and the stream: ``schema()`` runs for both and cannot tell
 # which it serves. The target options are listed so the feed can refuse them with a reason.
 CHANGES_READ = (
@@ -46,6 +49,9 @@ WRITE = REPOSITORY | {
 }
 # Spark keeps a query's checkpoint location among the sink's options.
 STREAM_WRITE = WRITE | {"checkpointLocation"}
+CHUNK_STATS_READ = REPOSITORY | READ_TARGET | {"table", "arrays", "group"}
+# ``aggregate`` (driver API) reads one array of a group at one snapshot.
+AGGREGATE = REPOSITORY | READ_TARGET | {"group"}
 # ``read_chunks`` reads with Spark's Parquet reader (its partitioning is Spark's), and takes
 # how Spark's file sources reach the repository.
 NATIVE_READ = REPOSITORY | READ_TARGET | {"arrays", "hadoop_url"}
@@ -57,6 +63,10 @@ def read_options(table: str) -> frozenset[str]:
         return CHUNKS_READ
     if table == "changes":
         return CHANGES_READ
+    if table == "values":
+        return VALUES_READ
+    if table == "chunk_stats":
+        return CHUNK_STATS_READ
     return METADATA_READ
 
 
@@ -80,11 +90,14 @@ def check_options(names: Iterable[str], known: frozenset[str], where: str) -> No
 
 
 __all__ = [
+    "AGGREGATE",
     "CHANGES_READ",
     "CHUNKS_READ",
+    "CHUNK_STATS_READ",
     "METADATA_READ",
     "NATIVE_READ",
     "STREAM_WRITE",
+    "VALUES_READ",
     "WRITE",
     "check_options",
     "read_options",

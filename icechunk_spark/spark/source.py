@@ -47,6 +47,7 @@ from .plan import WritePlan, make_plan
 from .row_schema import check_row_schema
 from .staging import Stager, StageResult, attempt_name
 from .streaming import IcechunkStreamWriter
+from .values import ChunkStatsReader, PushdownValuesReader, ValuesReader, values_schema
 
 NAME = "icechunk"
 # The Python worker module in which Spark plans a read with filter pushdown.
@@ -59,21 +60,26 @@ def spark_schema(table: str) -> StructType:
         arrow = tables.SCHEMAS[table]
     except KeyError:
         raise InvalidInputError(
-            f"option table={table!r}: choose one of {sorted(tables.SCHEMAS)}"
+            f"option table={table!r}: choose one of "
+            f"{sorted([*tables.SCHEMAS, 'values', 'chunk_stats'])}"
         ) from None
     return from_arrow_schema(arrow, prefer_timestamp_ntz=False)
 
 
 class IcechunkDataSource(DataSource):
-    """``format("icechunk")``: tables ``chunks`` (default), ``snapshots``, ``refs``, ``nodes``,
-    ``manifests``, ``changes`` (also as a stream); writes of virtual refs or raw chunk data."""
+    """``format("icechunk")``: tables ``chunks`` (default), ``values`` (the arrays' elements,
+    spark/values.py), ``snapshots``, ``refs``, ``nodes``, ``manifests``, ``changes`` (also as a
+    stream); writes of virtual refs or raw chunk data."""
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
     def schema(self) -> StructType:
-        return spark_schema(self._read_table())
+        table = self._read_table()
+        if table in ("values", "chunk_stats"):
+            return values_schema(self.options, table)
+        return spark_schema(table)
 
     def _read_table(self) -> str:
         """The table to read; its options checked (``schema`` and ``reader`` both ask)."""
@@ -85,6 +91,11 @@ class IcechunkDataSource(DataSource):
         table = self._read_table()
         if table == "changes":
             return ChangesReader(self.options, checked_schema(table, schema))
+        if table == "chunk_stats":
+            return ChunkStatsReader(self.options, schema)
+        if table == "values":
+            pushdown = _planning_with_pushdown()
+            return (PushdownValuesReader if pushdown else ValuesReader)(self.options, schema)
         if table != "chunks":
             return MetadataReader(table, self.options, schema)
         # Spark refuses a reader defining pushFilters unless

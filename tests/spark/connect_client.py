@@ -6,7 +6,8 @@ classic ``spark`` fixture of the test process into a Connect one, so the client 
 Usage: python connect_client.py sc://HOST:PORT COMMAND REPO_URL [ARGS]; commands:
   ``write`` (``df.write.format("icechunk")``), ``driver`` (``write_chunks``), ``read`` (prints
   the chunks and nodes tables, and ``read_chunks``, as JSON), ``stream SOURCE_DIR CHECKPOINT``
-  (``writeStream``).
+  (``writeStream``), ``sql ARRAY`` (a values view, a GROUP BY over it and ``aggregate``, as
+  JSON).
 """
 
 from __future__ import annotations
@@ -78,6 +79,24 @@ def read(spark: SparkSession, url: str) -> None:
     )
 
 
+def sql(spark: SparkSession, url: str, array: str) -> None:
+    from icechunk_spark.spark import aggregate
+
+    spark.sql(
+        "CREATE OR REPLACE TEMPORARY VIEW v USING icechunk "
+        f"OPTIONS (path '{url}', table 'values', arrays '{array}')"
+    )
+    rows = spark.sql(f"SELECT t, sum({array}) AS s FROM v GROUP BY t ORDER BY t").collect()
+    print(
+        json.dumps(
+            {
+                "sums": [[row["t"], row["s"]] for row in rows],
+                "aggregate": aggregate(spark, url, array, {"t": (1, 2)}, ["count", "sum"]),
+            }
+        )
+    )
+
+
 def stream(spark: SparkSession, url: str, source: str, checkpoint: str) -> None:
     sdf = spark.readStream.schema(ROWS).option("maxFilesPerTrigger", 1).parquet(source)
     (
@@ -100,6 +119,8 @@ def main(remote: str, command: str, url: str, *args: str) -> None:
             driver(spark, url)
         elif command == "read":
             read(spark, url)
+        elif command == "sql":
+            sql(spark, url, *args)
         elif command == "stream":
             stream(spark, url, *args)
         else:

@@ -61,6 +61,16 @@ def test_write_then_read_through_connect(connect_server: ConnectServer, tmp_path
     assert seen["nodes"] == [["/", "group"], ["/written", "array"]]
 
 
+def test_sql_on_array_values_through_connect(connect_server: ConnectServer, tmp_path: Path) -> None:
+    url = (tmp_path / "repo").as_uri()
+    new_repo(url)
+    run_client(connect_server, tmp_path, "write", url)
+    seen = json.loads(run_client(connect_server, tmp_path, "sql", url, "written"))
+    expected = values(1)  # (t, x): t has no coordinate array, so its labels are its indexes
+    assert seen["sums"] == [[t, float(expected[t].sum())] for t in range(4)]
+    assert seen["aggregate"] == {"count": 12, "sum": float(expected[1:3].sum())}
+
+
 def test_driver_api_through_connect(connect_server: ConnectServer, tmp_path: Path) -> None:
     url = (tmp_path / "repo").as_uri()
     new_repo(url)

@@ -15,11 +15,13 @@ class CountingStorage(Storage):
         self.gets: Counter[str] = Counter()
         self.get_bytes: Counter[str] = Counter()
         self.puts: Counter[str] = Counter()
+        self.keys_read: Counter[str] = Counter()
 
     def reset(self) -> None:
         self.gets.clear()
         self.get_bytes.clear()
         self.puts.clear()
+        self.keys_read.clear()
 
     @staticmethod
     def _kind(key: str) -> str:
@@ -28,12 +30,14 @@ class CountingStorage(Storage):
     def get(self, key: str) -> bytes:
         data = self.inner.get(key)
         self.gets[self._kind(key)] += 1
+        self.keys_read[key] += 1
         self.get_bytes[self._kind(key)] += len(data)
         return data
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         data = self.inner.get_range(key, start, end)
         self.gets[self._kind(key)] += 1
+        self.keys_read[key] += 1
         self.get_bytes[self._kind(key)] += len(data)
         return data
 

@@ -1,0 +1,51 @@
+"""Arrays as tables: the rows of a values table, which chunks a query needs, and the labels of a
+dimension both ways (label <-> index), for the Spark tables above and any other engine.
+
+``values_layout`` says what a table over some arrays of a group looks like; ``Selection`` and
+``chunk_boxes`` plan the chunks a query reads; ``read_boxes`` reads them into Arrow batches.
+"""
+
+from .aggregate import FUNCS, AggregatePlan, Partial, aggregate, plan_aggregate, read_partial
+from .blocks import box_rows, read_boxes, selected_values
+from .chunk_table import chunk_stats_schema, chunk_stats_table
+from .labels import Comparison, Labels, index_ranges
+from .layout import Dimension, StoredValues, ValueArray, ValuesLayout, open_dataset, values_layout
+from .plan import (
+    LabelCondition,
+    Selection,
+    ValueCondition,
+    chunk_boxes,
+    partitions_of,
+    ruled_out_by_stats,
+)
+from .table import read_values
+
+__all__ = [
+    "FUNCS",
+    "AggregatePlan",
+    "Comparison",
+    "Dimension",
+    "LabelCondition",
+    "Labels",
+    "Partial",
+    "Selection",
+    "StoredValues",
+    "ValueArray",
+    "ValueCondition",
+    "ValuesLayout",
+    "aggregate",
+    "box_rows",
+    "chunk_boxes",
+    "chunk_stats_schema",
+    "chunk_stats_table",
+    "index_ranges",
+    "open_dataset",
+    "partitions_of",
+    "plan_aggregate",
+    "read_boxes",
+    "read_partial",
+    "read_values",
+    "ruled_out_by_stats",
+    "selected_values",
+    "values_layout",
+]
