@@ -19,7 +19,7 @@ ICECHUNK_VERSION := 2.3.0
 AZURITE_VERSION := 3.35.0
 AZURITE := .emulators/node_modules/.bin/azurite-blob
 
-.PHONY: install test lint demo bench clean azurite
+.PHONY: install test lint demo bench clean azurite notebooks
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -66,6 +66,10 @@ demo: $(STAMP)
 	$(BIN)/icechunk-spark log $(DEMO_REPO)
 	$(BIN)/icechunk-spark ls $(DEMO_REPO)
 
+# Run the notebooks and store them with their outputs (what a reader of the repository sees).
+notebooks: $(STAMP)
+	$(BIN)/python notebooks/execute.py
+
 bench: $(STAMP)
 	-@$(MAKE) --no-print-directory $(ICECHUNK_VENV)/bin/python
 	$(BIN)/python bench/bench_engine.py
@@ -74,6 +78,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_dask_write.py
 	$(BIN)/python bench/bench_virtual.py --icechunk
 	$(BIN)/python bench/bench_spark.py
+	$(BIN)/python bench/bench_values.py
 
 clean:
 	rm -rf $(VENV) .emulators demo-repo demo-data .pytest_cache .mypy_cache

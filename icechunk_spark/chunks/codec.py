@@ -8,11 +8,12 @@ inventory, virtual imports and Spark executors all encode and decode through thi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import threading
 import warnings
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -20,6 +21,16 @@ import numpy as np
 from ..errors import InvalidInputError
 
 T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def quiet_numcodecs() -> Iterator[None]:
+    """Within: zarr's warning that a numcodecs codec (HDF5's zlib, shuffle) is not in the Zarr
+    v3 spec is not shown. It holds for every virtual NetCDF/HDF5 chunk and no reader can act on
+    it, so reading such data would print it from every task and every array opened."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Numcodecs codecs are not in the Zarr")
+        yield
 
 
 class _Loop:
@@ -60,9 +71,7 @@ class ChunkCodec:
         from zarr.core.buffer import default_buffer_prototype
         from zarr.core.metadata.v3 import ArrayV3Metadata
 
-        with warnings.catch_warnings():
-            # numcodecs.* codecs (HDF5 zlib/shuffle) warn that they are not in the v3 spec.
-            warnings.filterwarnings("ignore", message="Numcodecs codecs are not in the Zarr")
+        with quiet_numcodecs():
             self.metadata = ArrayV3Metadata.from_dict(json.loads(zarr_json))
             self._pipeline = create_codec_pipeline(self.metadata)
         self._prototype = default_buffer_prototype()

@@ -36,11 +36,14 @@ def aggregate(
     where: Mapping[str, tuple[Any, Any]] | None = None,
     funcs: Sequence[str] = FUNCS,
     *,
+    decode: bool = True,
     storage_options: Mapping[str, Any] | None = None,
     **options: str,
 ) -> dict[str, float | int | None]:
-    """``funcs`` of the array's stored values where each dimension's label lies in
-    ``where[dim] = (lo, hi)`` (both included), NaN and fill values left out.
+    """``funcs`` of the array's values where each dimension's label lies in
+    ``where[dim] = (lo, hi)`` (both included), NaN, fill and CF-missing values left out;
+    ``decode``: scaled as the ``values`` table's column (``scale_factor``, ``add_offset``),
+    else the stored values.
 
     ``options``: as for ``spark.read.format("icechunk")``: ``group`` (default ``/``),
     ``branch`` / ``tag`` / ``snapshot`` / ``as_of``, ``authorize_virtual``.
@@ -60,7 +63,7 @@ def aggregate(
     total = plan.known
     if plan.boxes:
         total = total + _read_on_executors(spark, repo_opts, snapshot, plan)
-    return total.answer(funcs)
+    return plan.answer(total, funcs, decode)
 
 
 def _read_on_executors(

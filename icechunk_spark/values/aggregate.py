@@ -4,9 +4,9 @@ A chunk wholly inside the selection contributes its statistics (``stat_count``, 
 ``stat_min``, ``stat_max``); a chunk never written holds only fill values and contributes
 nothing; the others (cut by an edge of the selection, or without statistics: virtual, an edge
 of the array, written before statistics were on) are read. The aggregates are of the stored
-values (as the codecs decode them, before CF scaling), leaving out NaN and the fill value, as
-the statistics count them, so ``mean`` is ``sum / count`` of the same values numpy would
-average.
+values (as the codecs decode them), leaving out NaN, the fill value and the values CF marks
+missing, as the statistics count them, then scaled as the values column is (``scale_factor``,
+``add_offset``): ``mean`` is what numpy gives on the values xarray reads, up to rounding.
 """
 
 from __future__ import annotations
@@ -62,14 +62,19 @@ class Partial:
             int(kept.size), float(kept.sum(dtype=np.float64)), float(kept.min()), float(kept.max())
         )
 
-    def answer(self, funcs: Sequence[str]) -> dict[str, float | int | None]:
-        mean = self.sum / self.count if self.count else None
+    def answer(
+        self, funcs: Sequence[str], scale: float = 1.0, offset: float = 0.0
+    ) -> dict[str, float | int | None]:
+        """The aggregates, of ``stored * scale + offset`` (linear: exact up to rounding)."""
+        ends = [v * scale + offset if v is not None else None for v in (self.min, self.max)]
+        low, high = ends if scale >= 0 else ends[::-1]
+        total = self.sum * scale + offset * self.count
         values: dict[str, float | int | None] = {
             "count": self.count,
-            "sum": self.sum,
-            "mean": mean,
-            "min": self.min,
-            "max": self.max,
+            "sum": total,
+            "mean": total / self.count if self.count else None,
+            "min": low,
+            "max": high,
         }
         return {f: values[f] for f in funcs}
 
@@ -83,6 +88,12 @@ class AggregatePlan:
     known: Partial
     boxes: tuple[tuple[int, ...], ...]
     inside: int  # chunks answered by their statistics (or never written)
+
+    def answer(
+        self, total: Partial, funcs: Sequence[str], decode: bool
+    ) -> dict[str, float | int | None]:
+        stored = self.layout.arrays[0].stored
+        return total.answer(funcs, stored.scale, stored.offset) if decode else total.answer(funcs)
 
 
 def plan_aggregate(
@@ -137,16 +148,19 @@ def aggregate(
     where: Mapping[str, tuple[Any, Any]] | None = None,
     funcs: Sequence[str] = FUNCS,
     group: str = "/",
+    decode: bool = True,
 ) -> dict[str, float | int | None]:
     """``count``/``sum``/``mean``/``min``/``max`` of ``array`` over ``where``, exactly, from
-    chunk statistics where a chunk lies wholly inside, reading only the others.
+    chunk statistics where a chunk lies wholly inside, reading only the others; ``decode``:
+    in the units of the column (``scale_factor``, ``add_offset``), else of the stored values.
 
     >>> july = {"time": ("2001-07-01", "2001-07-31")}
     >>> aggregate(session, "tas", july, ["mean"])  # doctest: +SKIP
     """
     check_funcs(funcs)
     plan = plan_aggregate(session, group, array, where or {})
-    return (plan.known + read_partial(session, plan, plan.boxes)).answer(funcs)
+    total = plan.known + read_partial(session, plan, plan.boxes)
+    return plan.answer(total, funcs, decode)
 
 
 def check_funcs(funcs: Sequence[str]) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import xarray as xr
 
+from ..chunks.codec import quiet_numcodecs
 from ..errors import IcechunkSparkError, InvalidInputError
 from .layout import ValuesLayout, arrow_type
 from .plan import Selection
@@ -95,7 +96,8 @@ def _read(
 ) -> np.ndarray:
     selected = {d.name: i for d, i in zip(layout.dims, indexers, strict=True)}
     try:
-        return np.asarray(ds[name].isel(selected).values)
+        with quiet_numcodecs():
+            return np.asarray(ds[name].isel(selected).values)
     except IcechunkSparkError as exc:
         exc.add_note(f"reading array {layout.array(name).path!r}, chunk {box}")
         raise

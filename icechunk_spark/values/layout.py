@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import xarray as xr
 
+from ..chunks.codec import quiet_numcodecs
 from ..errors import InvalidInputError, NotFoundError
 from ..format.paths import normalize_path
 from ..zarr_store import IcechunkStore
@@ -108,6 +109,11 @@ class ValuesLayout:
 
 def open_dataset(session: BaseSession, group: str, decode: bool = True) -> xr.Dataset:
     """The group as xarray opens it, lazily: nothing but metadata and coordinates is read."""
+    with quiet_numcodecs():
+        return _open(session, group, decode)
+
+
+def _open(session: BaseSession, group: str, decode: bool) -> xr.Dataset:
     ds: xr.Dataset = xr.open_zarr(
         IcechunkStore(session, read_only=True),
         group=None if group == "/" else group.strip("/"),

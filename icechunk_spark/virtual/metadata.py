@@ -27,10 +27,10 @@ from __future__ import annotations
 import base64
 import json
 import struct
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from ..chunks.codec import quiet_numcodecs
 from ..errors import InvalidInputError
 
 _NATIVE = {"gzip", "zstd", "blosc"}
@@ -194,8 +194,7 @@ def _validate(doc: Mapping[str, Any], name: str) -> None:
     from zarr.core.metadata.v3 import ArrayV3Metadata
 
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Numcodecs codecs are not in the Zarr")
+        with quiet_numcodecs():
             ArrayV3Metadata.from_dict(dict(doc))
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidInputError(f"{name}: the converted v3 metadata is invalid: {exc}") from exc

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
+
 import numpy as np
 import pytest
 
-from icechunk_spark import InvalidInputError, NotFoundError, Repository
+from icechunk_spark import InvalidInputError, NotFoundError, Repository, TruncatedChunkError
 from icechunk_spark.values import read_values, values_layout
 
 from .conftest import assert_same_rows, daily_dataset, write, xarray_rows
@@ -72,3 +74,35 @@ def test_bad_input_names_what_is_wrong(daily_repo: Repository) -> None:
         InvalidInputError, match=r"share their dimensions.*tas\(time, lat, lon\); lat\(lat\)"
     ):
         values_layout(session, "/", ["tas", "lat"])
+
+
+def test_sharded_arrays_read_like_xarray() -> None:
+    ds = daily_dataset()
+    repo = Repository.create(f"memory://{uuid.uuid4().hex}")
+    session = repo.writable_session("main")
+    encoding = {"tas": {"chunks": (5, 3, 4), "shards": (10, 6, 12)}}
+    ds[["tas"]].to_zarr(session.store, encoding=encoding, zarr_format=3, consolidated=False)
+    session.commit("sharded")
+    reader = repo.readonly_session()
+    assert "sharding_indexed" in reader.get_node("/tas").zarr_json.decode()
+    table = read_values(reader, "/", ["tas"])
+    assert_same_rows(table, xarray_rows(repo, ["tas"]), DIMS)
+
+
+def test_a_corrupt_chunk_is_an_error_naming_the_array_and_chunk() -> None:
+    repo = Repository.create(
+        f"memory://{uuid.uuid4().hex}", config={"inline_chunk_threshold_bytes": 0}
+    )
+    session = repo.writable_session("main")
+    ds = daily_dataset()
+    ds[["tas"]].to_zarr(
+        session.store, encoding={"tas": {"chunks": (10, 3, 5)}}, zarr_format=3, consolidated=False
+    )
+    session.commit("written")
+    ref = repo.readonly_session().get_chunk_ref("/tas", (2, 1, 0))
+    assert ref is not None and ref.chunk_id is not None
+    key = f"c/{ref.chunk_id}"
+    repo.storage.put(key, repo.storage.get(key)[:10])  # cut short, as a broken copy would
+    with pytest.raises(TruncatedChunkError) as info:
+        read_values(repo.readonly_session(), "/", ["tas"])
+    assert "/tas" in str(info.value) and "(2, 1, 0)" in str(info.value)
