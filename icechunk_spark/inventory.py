@@ -8,10 +8,12 @@ Seed 003's *MetaArrays*, computed from manifests instead of kept as a second arr
   ``inv.sel(time=slice("2022", "2022"), lat=slice(30, 60)).any()``.
 - ``chunk_counts``, ``missing_chunks``, ``plot_inventory``.
 
-**Chunk statistics** are optional, per written chunk: ``stat_min`` and ``stat_max`` (of the
-values that are neither NaN nor the array's fill value), ``stat_nan_count`` and
-``stat_fill_count`` (elements equal to the fill value; with a NaN fill value this equals the
-NaN count). They cover the whole stored chunk, and an edge chunk (one that reaches past the
+**Chunk statistics** are optional, per written chunk: ``stat_min``, ``stat_max``, ``stat_sum``
+and ``stat_count`` of the *valid* values (neither NaN, nor the array's fill value, nor a value
+its CF attributes ``_FillValue``/``missing_value`` mark missing), ``stat_nan_count`` and
+``stat_fill_count`` (elements that are the fill value or CF-missing; with a NaN fill value NaNs
+count here too). Manifests written before ``stat_sum``/``stat_count`` existed read them as
+null (unknown). They cover the whole stored chunk, and an edge chunk (one that reaches past the
 array's shape) reads as having no statistics: a resize moves the shape through a stored
 chunk, hiding values its statistics counted or showing values they would not have counted,
 so only a chunk wholly inside the shape has statistics that match what a reader sees (and
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-_STAT_NAMES = ("min", "max", "nan_count", "fill_count")
+_STAT_NAMES = ("min", "max", "nan_count", "fill_count", "sum", "count")
 _OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
     ">": operator.gt,
     ">=": operator.ge,

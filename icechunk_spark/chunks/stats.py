@@ -1,4 +1,10 @@
-"""Chunk statistics: ``min``, ``max``, NaN and fill counts of each written chunk.
+"""Chunk statistics: ``min``, ``max``, ``sum`` and ``count`` of the valid values of each written
+chunk, and its NaN and fill counts.
+
+A value is *valid* when it is neither NaN, nor the array's fill value, nor a value its CF
+attributes mark missing (``_FillValue``, ``missing_value``: what xarray reads as NaN); the fill
+count counts the last two kinds, so ``count + nan_count + fill_count`` is the chunk's size
+(with a NaN fill value, NaNs count in both).
 
 Recorded when a chunk is written to an array selected by the config's ``chunk_statistics``
 regexes and stored as extra manifest columns; ``inventory.chunks_where`` uses them to skip
@@ -7,8 +13,11 @@ chunks. See ``inventory`` for what they cover (edge chunks read as unknown).
 
 from __future__ import annotations
 
+import base64
+import json
 import math
 import re
+import struct
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,16 +36,23 @@ from .codec import chunk_codec
 
 @dataclass(frozen=True, slots=True)
 class ChunkStats:
-    """Statistics of one chunk; ``min``/``max`` are ``None`` when no value is valid."""
+    """Statistics of one chunk; ``min``/``max``/``sum`` are ``None`` when no value is valid."""
 
     min: float | None
     max: float | None
     nan_count: int
     fill_count: int
+    sum: float | None
+    count: int
 
 
-def compute_stats(values: np.ndarray, fill_value: Any) -> ChunkStats | None:
-    """Statistics of decoded values; ``None`` for dtypes without an order (strings, ...)."""
+def compute_stats(
+    values: np.ndarray, fill_value: Any, missing: Sequence[float] = ()
+) -> ChunkStats | None:
+    """Statistics of decoded values; ``None`` for dtypes without an order (strings, ...).
+
+    ``missing``: values the array's CF attributes mark missing (``cf_missing``).
+    """
     if values.dtype.kind not in "biuf":
         return None
     flat = values.reshape(-1)
@@ -45,16 +61,52 @@ def compute_stats(values: np.ndarray, fill_value: Any) -> ChunkStats | None:
     if fill_value is None:
         fill = np.zeros(flat.shape, dtype=bool)
     elif fill_is_nan:
-        fill = nan
+        fill = nan.copy()
     else:
         fill = flat == fill_value
+    for value in missing:
+        if not math.isnan(value):
+            fill |= flat == value
     valid = flat[~(nan | fill)]
     return ChunkStats(
         min=float(valid.min()) if valid.size else None,
         max=float(valid.max()) if valid.size else None,
         nan_count=int(nan.sum()),
         fill_count=int(fill.sum()),
+        sum=float(valid.sum(dtype=np.float64)) if valid.size else None,
+        count=int(valid.size),
     )
+
+
+def cf_missing(zarr_json: bytes) -> tuple[float, ...]:
+    """The values an array's CF attributes mark missing (``_FillValue``, ``missing_value``).
+
+    xarray writes a float ``_FillValue`` of a Zarr v3 array as the base64 of its 8 little-endian
+    bytes, and other values as JSON numbers.
+    """
+    attributes = json.loads(zarr_json).get("attributes") or {}
+    out: list[float] = []
+    for key in ("_FillValue", "missing_value"):
+        value = attributes.get(key)
+        for item in value if isinstance(value, list) else [value]:
+            number = _cf_number(item)
+            if number is not None and not math.isnan(number):
+                out.append(number)
+    return tuple(out)
+
+
+def _cf_number(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except ValueError:
+            return None
+        return float(struct.unpack("<d", raw)[0]) if len(raw) == 8 else None
+    return None
 
 
 def stats_enabled(patterns: Sequence[str], path: str) -> bool:
@@ -64,7 +116,7 @@ def stats_enabled(patterns: Sequence[str], path: str) -> bool:
 
 def chunk_values_stats(node: Node, coord: Sequence[int], values: np.ndarray) -> ChunkStats | None:
     """Statistics of a full chunk of values, all of it (see the module: edge chunks)."""
-    return compute_stats(values, chunk_codec(node.zarr_json).fill_value)
+    return compute_stats(values, chunk_codec(node.zarr_json).fill_value, cf_missing(node.zarr_json))
 
 
 def encoded_chunk_stats(node: Node, coord: Sequence[int], data: bytes) -> ChunkStats | None:
@@ -147,6 +199,8 @@ class StatsLog:
                 "stat_max": pa.array([r[3].max for r in rows], pa.float64()),
                 "stat_nan_count": pa.array([r[3].nan_count for r in rows], pa.int64()),
                 "stat_fill_count": pa.array([r[3].fill_count for r in rows], pa.int64()),
+                "stat_sum": pa.array([r[3].sum for r in rows], pa.float64()),
+                "stat_count": pa.array([r[3].count for r in rows], pa.int64()),
             }
         )
 

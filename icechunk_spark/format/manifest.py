@@ -35,12 +35,15 @@ REF_FIELDS = [
     pa.field("checksum", pa.string()),
 ]
 REF_SCHEMA = pa.schema(REF_FIELDS)
-# Optional chunk statistics (seed 003), kept as extra columns; null where not recorded.
+# Optional chunk statistics (seed 003), kept as extra columns; null where not recorded (and
+# stat_sum/stat_count in manifests written before they were recorded).
 STAT_FIELDS = [
     pa.field("stat_min", pa.float64()),
     pa.field("stat_max", pa.float64()),
     pa.field("stat_nan_count", pa.int64()),
     pa.field("stat_fill_count", pa.int64()),
+    pa.field("stat_sum", pa.float64()),
+    pa.field("stat_count", pa.int64()),
 ]
 STAT_SCHEMA = pa.schema(STAT_FIELDS)
 # Rows per Parquet row group. A cold point lookup decodes one row group (found by the
@@ -86,6 +89,8 @@ def attach_stats(refs: pa.Table, stats: pa.Table | None) -> pa.Table:
         return refs
     found = pc.index_in(_identity(refs), value_set=_identity(stats).combine_chunks())
     for f in STAT_FIELDS:
+        if f.name not in stats.column_names:
+            continue  # statistics recorded before this column was: it stays unknown
         values = stats.column(f.name).cast(f.type).take(found)
         if f.name in refs.column_names:
             values = pc.coalesce(refs.column(f.name).cast(f.type), values)

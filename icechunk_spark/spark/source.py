@@ -37,6 +37,7 @@ from pyspark.sql.types import StructType
 
 from ..errors import InvalidInputError
 from ..format.keys import MANIFESTS_PREFIX, object_id
+from ..format.manifest import STAT_FIELDS
 from ..format.paths import normalize_path
 from . import scan, tables
 from .changes import ChangesReader, ChangesStreamReader, stream_table
@@ -187,7 +188,7 @@ class ChunksReader(DataSourceReader):
 
 
 # Comparisons on these columns skip row groups by their statistics; Spark still applies them.
-_STAT_COLUMNS = frozenset(f"stat_{s}" for s in ("min", "max", "nan_count", "fill_count"))
+_STAT_COLUMNS = frozenset(f.name for f in STAT_FIELDS)
 _COMPARISONS: dict[type[Filter], scan.Comparison] = {
     EqualTo: "=",
     GreaterThan: ">",

@@ -42,6 +42,8 @@ CHUNKS = pa.schema(
         ("stat_max", pa.float64()),
         ("stat_nan_count", pa.int64()),
         ("stat_fill_count", pa.int64()),
+        ("stat_sum", pa.float64()),
+        ("stat_count", pa.int64()),
     ]
 )
 SNAPSHOTS = pa.schema(

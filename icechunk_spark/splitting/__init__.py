@@ -11,8 +11,6 @@ from icechunk_spark.splitting.config import (
     ManifestSet,
     Preload,
     Rule,
-    default_config,
-    parse_config,
 )
 from icechunk_spark.splitting.packing import (
     ArrayStats,
@@ -23,6 +21,7 @@ from icechunk_spark.splitting.packing import (
     closure,
     plan_manifests,
 )
+from icechunk_spark.splitting.parse import default_config, parse_config
 from icechunk_spark.splitting.split import SplitSpec, split_spec
 
 __all__ = [

@@ -32,8 +32,9 @@ import pyarrow as pa
 from ..core import resolve_target
 from ..errors import InvalidInputError
 from ..format.paths import normalize_path
-from .combine import inherited_attrs, read_values
+from .combine import inherited_attrs
 from .importers import fetcher, scan_netcdf
+from .materialize import read_values
 from .ordering import Span, coordinate_path, span_of
 from .references import ArrayRefs, ReferenceSet, parse_json_refs
 from .writer import absolute_url, resolve_all

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from ..core import resolve_target
 from ..errors import IcechunkSparkError, InvalidInputError, NotFoundError
 from ..progress import Progress, track
-from .combine import DEFAULT_MATERIALIZE_MAX_BYTES, Fetch, concat_reference_sets, read_values
+from .combine import DEFAULT_MATERIALIZE_MAX_BYTES, concat_reference_sets
+from .materialize import Fetch, read_values
 from .metadata import UNMASKED_FILL
 from .ordering import Span, coordinate_path, order_spans, span_of
 from .references import ReferenceSet, parse_json_refs, parse_parquet_refs

@@ -37,8 +37,8 @@ import numpy as np
 
 from ..chunks.codec import chunk_codec
 from ..errors import InvalidInputError
-from .combine import PACKING
 from .file_rows import ArraySummary, FileSummary
+from .materialize import PACKING
 from .ordering import Span, coordinate_path, order_spans, span_of
 from .time_units import is_time_units, rebase_time_values
 

@@ -10,9 +10,10 @@ import pyarrow as pa
 
 from icechunk_spark import Repository
 from icechunk_spark.format.coords import decode_coords
+from icechunk_spark.format.manifest import STAT_FIELDS
 
 CHUNK_COLUMNS = ["array", "coord", "kind", "location", "offset", "length", "manifest_id"]
-STAT_COLUMNS = ["stat_min", "stat_max", "stat_nan_count", "stat_fill_count"]
+STAT_COLUMNS = [f.name for f in STAT_FIELDS]
 
 
 def new_repo(url: str, **kwargs: Any) -> Repository:

@@ -228,6 +228,7 @@ def test_chunks_table_has_the_recorded_statistics(spark: Any, with_stats: str) -
         1,
         1,
     )
+    assert (first.stat_sum, first.stat_count) == (6.0, 2)
     edge = rows[("/t", (2,))]  # reaches past the shape: its statistics read as unknown
     assert (edge.stat_min, edge.stat_max, edge.stat_nan_count) == (None, None, None)
     assert rows[("/u", (0,))].stat_max is None  # not recorded for /u

@@ -136,6 +136,8 @@ def test_chunk_batches_match_the_schema() -> None:
             "stat_max": None,
             "stat_nan_count": None,
             "stat_fill_count": None,
+            "stat_sum": None,
+            "stat_count": None,
         }
     ]
     assert Repository  # the package's public entry point imports without Spark

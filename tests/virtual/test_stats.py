@@ -13,7 +13,9 @@ import pytest
 
 from icechunk_spark import ConfigError, InvalidInputError, Repository, Session
 from icechunk_spark.chunks.codec import ChunkCodec
-from icechunk_spark.chunks.stats import compute_stats
+from icechunk_spark.chunks.stats import cf_missing, compute_stats
+from icechunk_spark.format.keys import manifest_key
+from icechunk_spark.format.manifest import decode_manifest, encode_manifest
 from icechunk_spark.inventory import chunk_stats, chunks_where
 
 from .conftest import NUMCODECS_WARNING
@@ -308,3 +310,72 @@ def test_stats_are_not_stale_after_a_resize(tmp_path: Path, committed: bool) -> 
     session.set_chunk_values("/t", (1,), np.array([10, 10, 99, 99], "f4"))  # written partial
     _resize(session, "/t", (8,))
     assert chunks_where(session, "/t", "max", ">", 50).tolist() == [[1]]
+
+
+def test_sum_and_count_leave_out_nan_fill_and_cf_missing_values() -> None:
+    values = np.array([np.nan, 1.5, -1.0, 2.5, -999.0, 4.0], dtype="f4")
+    stats = compute_stats(values, -1.0, missing=(-999.0,))
+    assert stats is not None
+    assert (stats.sum, stats.count, stats.nan_count, stats.fill_count) == (8.0, 3, 1, 2)
+    assert stats.count + stats.nan_count + stats.fill_count == values.size
+    assert (stats.min, stats.max) == (1.5, 4.0)
+    empty = compute_stats(np.array([-1.0, np.nan], "f8"), -1.0)
+    assert empty is not None and (empty.sum, empty.count, empty.min) == (None, 0, None)
+
+
+def test_cf_missing_reads_the_attributes_xarray_writes() -> None:
+    import base64
+    import struct
+
+    fill = base64.standard_b64encode(struct.pack("<d", -999.0)).decode()  # xarray's v3 float
+    doc = {"attributes": {"_FillValue": fill, "missing_value": [-1, -2]}}
+    assert cf_missing(json.dumps(doc).encode()) == (-999.0, -1.0, -2.0)
+    assert cf_missing(json.dumps({"attributes": {"_FillValue": "NaN"}}).encode()) == ()
+    assert cf_missing(json.dumps({}).encode()) == ()
+
+
+def test_manifests_without_sum_and_count_read_them_as_unknown(tmp_path: Path) -> None:
+    repo = Repository.create(tmp_path.as_uri(), config={"chunk_statistics": ["/t"]})
+    session = repo.writable_session("main")
+    session.create_array("/t", (8,), (4,), "float64", fill_value=-1.0)
+    session.set_chunk_values("/t", (0,), np.array([1.0, 2.0, -1.0, 4.0]))
+    session.set_chunk_values("/t", (1,), np.array([5.0, 6.0, 7.0, 8.0]))
+    session.commit("stats")
+    node = repo.readonly_session().get_node("/t")
+    for manifest in node.manifests:  # rewritten as manifests were before the two columns
+        key = manifest_key(manifest.manifest_id)
+        table = decode_manifest(repo.storage.get(key), key).drop_columns(["stat_sum", "stat_count"])
+        repo.storage.put(key, encode_manifest(table, presorted=True))
+    reader = Repository.open(tmp_path.as_uri()).readonly_session()
+    stats = reader.chunk_stats("/t")
+    assert stats.column("stat_sum").to_pylist() == [None, None]
+    assert stats.column("stat_count").to_pylist() == [None, None]
+    assert stats.column("stat_max").to_pylist() == [4.0, 8.0]  # the older columns still read
+
+
+def test_sum_and_count_survive_a_fork_merge_and_a_repack(tmp_path: Path) -> None:
+    repo = Repository.create(tmp_path.as_uri(), config={"chunk_statistics": ["/t"]})
+    session = repo.writable_session("main")
+    session.create_array("/t", (8,), (4,), "float64", fill_value=-1.0)
+    session.commit("array")
+    session = repo.writable_session("main")
+    fork = session.fork()
+    fork.set_chunk_values("/t", (1,), np.array([5.0, 6.0, np.nan, 8.0]))
+    session.set_chunk_values("/t", (0,), np.array([1.0, 2.0, -1.0, 4.0]))
+    session.merge(fork)
+    session.commit("a chunk from the session, one from a fork")
+    want = {(0,): (7.0, 3), (1,): (19.0, 3)}
+
+    def sums() -> dict[tuple[int, ...], tuple[float, int]]:
+        stats = repo.readonly_session().chunk_stats("/t").to_pylist()
+        return {tuple(r["coord"]): (r["stat_sum"], r["stat_count"]) for r in stats}
+
+    assert sums() == want
+    single = {
+        "chunk-manifests": {
+            "sets": [{"single": {"arrays-per-manifest": 1, "cardinality": None}}],
+            "rules": [{"path": ".*", "target": "single"}],
+        }
+    }
+    repo.rewrite_manifests(single, "repack")
+    assert sums() == want
