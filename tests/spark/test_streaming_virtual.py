@@ -8,6 +8,7 @@ commits once. The result must read like xarray reading the files themselves.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,6 +73,19 @@ def file_refs(container: str) -> Any:
     return scan
 
 
+def arrived_in_order(paths: list[str]) -> list[str]:
+    """The files as a daily feed delivers them: each modified after the one before.
+
+    Spark's file source hands files over in modification-time order; files written in one
+    burst can share a timestamp (the file system's clock is coarse), and then a day could be
+    appended before the day before it (seen once under load: 2000-01-02 before 2000-01-01).
+    """
+    base = max(os.stat(p).st_mtime for p in paths)
+    for i, path in enumerate(paths):
+        os.utime(path, (base + i + 1, base + i + 1))
+    return paths
+
+
 def declarations(first_file: str, container: str) -> dict[str, Any]:
     """The dataset's arrays, from one file: empty along time, time in chunks of one."""
     _, summary = scan_file(first_file, "time", "/", {container: {}})
@@ -92,7 +106,7 @@ def test_available_now_over_new_netcdf_files_appends_each_file_once(
     spark: Any, tmp_path: Path
 ) -> None:
     folder = tmp_path / "files"
-    files = make_sample(str(folder), 3)
+    files = arrived_in_order(make_sample(str(folder), 3))
     container = folder.as_uri() + "/"
     url = (tmp_path / "repo").as_uri()
     repo = new_repo(url)
@@ -130,7 +144,7 @@ def test_available_now_over_new_netcdf_files_appends_each_file_once(
     commits = len(list(repo.ancestry(branch="main")))
 
     # The next days arrive: only they are scanned and appended, one commit each.
-    files += make_sample(str(folder), 2, first_day=3)
+    files += arrived_in_order(make_sample(str(folder), 2, first_day=3))
     run()
     check(files)
     assert len(list(repo.ancestry(branch="main"))) == commits + 2
