@@ -125,39 +125,30 @@ def classify_key(session: AnySession, key: str) -> MetadataKey | ChunkKey | NotA
             f"key {key!r} is Zarr v2 metadata: repositories hold only Zarr v3 "
             "(write with zarr_format=3, the default, e.g. ds.to_zarr(store, zarr_format=3))"
         )
-    # The node above the key that owns it: an array (arrays have no children, so the first
-    # array from the root down is the only one), else the deepest group, which owns nothing
-    # but its zarr.json. From the root down, a chunk key costs one lookup per level of its
-    # array's path, not one per segment of its chunk part.
-    deepest: tuple[int, str, Node] | None = None
-    for depth in range(len(segments)):
+    # The deepest node above the key owns it; only arrays own keys besides zarr.json.
+    for depth in range(len(segments) - 1, -1, -1):
         path = _path_of(segments[:depth])
         node = session.find_node(path)
         if node is None:
-            continue  # an implicit group (no zarr.json of its own): look further down
-        deepest = (depth, path, node)
-        if node.meta is not None:
-            break
-    if deepest is None:
-        return NotAKey(
-            f"key {key!r} is not a Zarr key: there is no array above it; the store holds only "
-            "zarr.json documents and chunks of arrays (write the array's zarr.json first)"
-        )
-    depth, path, node = deepest
-    meta = node.meta
-    if meta is None:
-        return NotAKey(
-            f"key {key!r} is not a Zarr key: {path!r} is a group, which holds only zarr.json"
-        )
-    coord = decode_chunk_key(meta, "/".join(segments[depth:]))
-    if coord is None:
-        first = node_dir(path) + encode_chunk_key(meta, [0] * meta.ndim)
-        return NotAKey(
-            f"key {key!r} is not a chunk key of array {path!r}: it has {meta.ndim} dimensions "
-            f"and chunk key encoding {meta.key_encoding!r} with separator {meta.separator!r}, "
-            f"so its first chunk is {first!r}"
-        )
-    return ChunkKey(path, coord, node)
+            continue
+        if node.meta is None:
+            return NotAKey(
+                f"key {key!r} is not a Zarr key: {path!r} is a group, which holds only zarr.json"
+            )
+        meta = node.meta
+        coord = decode_chunk_key(meta, "/".join(segments[depth:]))
+        if coord is None:
+            first = node_dir(path) + encode_chunk_key(meta, [0] * meta.ndim)
+            return NotAKey(
+                f"key {key!r} is not a chunk key of array {path!r}: it has {meta.ndim} dimensions "
+                f"and chunk key encoding {meta.key_encoding!r} with separator {meta.separator!r}, "
+                f"so its first chunk is {first!r}"
+            )
+        return ChunkKey(path, coord, node)
+    return NotAKey(
+        f"key {key!r} is not a Zarr key: there is no array above it; the store holds only "
+        "zarr.json documents and chunks of arrays (write the array's zarr.json first)"
+    )
 
 
 def _path_of(segments: list[str]) -> str:
