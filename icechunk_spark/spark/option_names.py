@@ -25,7 +25,7 @@ READ_TARGET = frozenset({"branch", "tag", "snapshot", "as_of"})
 CHUNKS_READ = REPOSITORY | READ_TARGET | {"table", "arrays", "rows_per_partition"}
 METADATA_READ = REPOSITORY | READ_TARGET | {"table"}
 VALUES_READ = (
-    REPOSITORY | READ_TARGET | {"table", "arrays", "group", "decode", "rows_per_partition"}
+    REPOSITORY | READ_TARGET | {"table", "arrays", "group", "decode", "where", "rows_per_partition"}
 )
 # One list for the batch table and the stream: ``schema()`` runs for both and cannot tell
 # which it serves. The target options are listed so the feed can refuse them with a reason.

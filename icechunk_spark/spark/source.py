@@ -10,7 +10,6 @@ storage clients are opened where they are used.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,15 +20,7 @@ from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceReader,
     DataSourceStreamReader,
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
     InputPartition,
-    IsNotNull,
-    LessThan,
-    LessThanOrEqual,
     WriterCommitMessage,
 )
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
@@ -37,8 +28,6 @@ from pyspark.sql.types import StructType
 
 from ..errors import InvalidInputError
 from ..format.keys import MANIFESTS_PREFIX, object_id
-from ..format.manifest import STAT_FIELDS
-from ..format.paths import normalize_path
 from . import scan, tables
 from .changes import ChangesReader, ChangesStreamReader, stream_table
 from .coordinator import abort_write, commit_staged
@@ -48,11 +37,14 @@ from .plan import WritePlan, make_plan
 from .row_schema import check_row_schema
 from .staging import Stager, StageResult, attempt_name
 from .streaming import IcechunkStreamWriter
-from .values import ChunkStatsReader, PushdownValuesReader, ValuesReader, values_schema
+from .values import ChunkStatsReader, ValuesReader, values_schema
 
 NAME = "icechunk"
-# The Python worker module in which Spark plans a read with filter pushdown.
-_PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
+# No reader pushes filters down: Spark 4.3 keeps the read plan a pushdown made on the
+# DataFrame's relation and reuses it for that DataFrame's (or view's) later queries that push
+# nothing, so a filter of one query would silently narrow the next one (reproduced by
+# tests/spark/test_values.py::test_a_filter_of_one_query_never_narrows_the_next). Narrow reads
+# with options instead (arrays; for values, where), which define the DataFrame itself.
 
 
 def spark_schema(table: str) -> StructType:
@@ -95,15 +87,9 @@ class IcechunkDataSource(DataSource):
         if table == "chunk_stats":
             return ChunkStatsReader(self.options, schema)
         if table == "values":
-            pushdown = _planning_with_pushdown()
-            return (PushdownValuesReader if pushdown else ValuesReader)(self.options, schema)
+            return ValuesReader(self.options, schema)
         if table != "chunks":
             return MetadataReader(table, self.options, schema)
-        # Spark refuses a reader defining pushFilters unless
-        # spark.sql.python.filterPushdown.enabled is on, and the conf is not visible here. It
-        # pushes filters in a worker of its own, run only with the conf on: offer them there.
-        if _planning_with_pushdown():
-            return PushdownChunksReader(self.options, schema)
         return ChunksReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> IcechunkWriter:
@@ -125,17 +111,6 @@ class IcechunkDataSource(DataSource):
         table = stream_table(self.options)  # before the schema check: says what to add
         check_options(self.options, read_options(table), "spark.readStream")
         return ChangesStreamReader(self.options, checked_schema(table, schema))
-
-
-def _planning_with_pushdown() -> bool:
-    """Whether this process is the worker Spark started to push filters into a read.
-
-    Spark's Python daemon imports the worker module it was started for
-    (``python -m pyspark.daemon MODULE``); without the daemon (``spark.python.use.daemon``
-    false) the worker runs the module as ``__main__``. No other worker imports it.
-    """
-    main = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return _PUSHDOWN_WORKER in sys.modules or getattr(main, "name", None) == _PUSHDOWN_WORKER
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -161,8 +136,6 @@ class ChunksReader(DataSourceReader):
         self._rows_per_partition = get_int(
             options, "rows_per_partition", scan.DEFAULT_ROWS_PER_PARTITION
         )
-        self._paths: frozenset[str] | None = None
-        self._bounds: tuple[scan.StatBound, ...] = ()
         self._arrow_schema = checked_schema("chunks", schema)
         # Pin the snapshot now, so planning (and filter pushdown, in another worker) and
         # every partition of this plan read the same one, as MetadataReader does.
@@ -172,7 +145,7 @@ class ChunksReader(DataSourceReader):
         repo = self._repo.open()
         try:
             session = repo.readonly_session(snapshot_id=self._snapshot)
-            arrays = scan.select_arrays(session.list_nodes(), self._pattern, self._paths)
+            arrays = scan.select_arrays(session.list_nodes(), self._pattern, None)
             parts = scan.plan_parts(repo.storage, arrays, self._rows_per_partition)
         finally:
             repo.close()
@@ -183,52 +156,8 @@ class ChunksReader(DataSourceReader):
             return  # no manifests: Spark plans one placeholder partition, which holds nothing
         storage = self._repo.storage()
         columns = self._arrow_schema.names
-        for batch in scan.read_part(storage, partition.part, columns, self._bounds):
+        for batch in scan.read_part(storage, partition.part, columns, ()):
             yield _conform(batch, self._arrow_schema)
-
-
-# Comparisons on these columns skip row groups by their statistics; Spark still applies them.
-_STAT_COLUMNS = frozenset(f.name for f in STAT_FIELDS)
-_COMPARISONS: dict[type[Filter], scan.Comparison] = {
-    EqualTo: "=",
-    GreaterThan: ">",
-    GreaterThanOrEqual: ">=",
-    LessThan: "<",
-    LessThanOrEqual: "<=",
-}
-
-
-class PushdownChunksReader(ChunksReader):
-    """Also takes ``array = ...`` and ``array IN (...)`` filters, reading only those arrays,
-    and uses comparisons on ``stat_*`` columns to skip row groups."""
-
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        for f in filters:
-            if isinstance(f, EqualTo | In) and f.attribute == ("array",):
-                values = [f.value] if isinstance(f, EqualTo) else list(f.value)
-                wanted = {_path_or_none(v) for v in values} - {None}
-                paths = frozenset(p for p in wanted if p is not None)
-                self._paths = paths if self._paths is None else self._paths & paths
-            elif isinstance(f, IsNotNull) and f.attribute == ("array",):
-                pass  # every ref has an array
-            else:
-                bound = _stat_bound(f)
-                if bound is not None:
-                    self._bounds = (*self._bounds, bound)
-                yield f  # Spark filters the rows: statistics only skip row groups
-
-
-def _stat_bound(f: Filter) -> scan.StatBound | None:
-    op = _COMPARISONS.get(type(f))
-    attribute: tuple[str, ...] = tuple(getattr(f, "attribute", ()))
-    column = attribute[0] if len(attribute) == 1 else None
-    if op is None or column not in _STAT_COLUMNS:
-        return None
-    value = getattr(f, "value", None)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    assert column is not None
-    return scan.StatBound(column, op, float(value))
 
 
 def _pinned_snapshot(repo_options: RepoOptions, target: ReadTarget) -> str:
@@ -257,16 +186,6 @@ def checked_schema(table: str, schema: StructType) -> pa.Schema:
             f"the {table} table has no columns {bad}; a schema may name any of: {offered}"
         )
     return to_arrow_schema(schema, timezone="UTC")
-
-
-def _path_or_none(value: Any) -> str | None:
-    # Spark compares strings exactly: only values already in normalized form can match.
-    if not isinstance(value, str):
-        return None
-    try:
-        return value if normalize_path(value) == value else None
-    except InvalidInputError:
-        return None
 
 
 @dataclass(frozen=True)
@@ -373,7 +292,6 @@ __all__ = [
     "IcechunkDataSource",
     "IcechunkWriter",
     "MetadataReader",
-    "PushdownChunksReader",
     "build_metadata_table",
     "checked_schema",
     "spark_schema",

@@ -1,18 +1,20 @@
 """``option("table", "values")``: the arrays themselves, one row per element (``values/``).
 
 >>> (spark.read.format("icechunk").option("table", "values")          # doctest: +SKIP
-...    .option("arrays", "tas,pr").load(url)
-...    .where("time >= '2005-07-01' AND time < '2005-08-01' AND lat BETWEEN 0 AND 30"))
+...    .option("arrays", "tas,pr")
+...    .option("where", '{"time": ["2005-07-01", "2005-07-31"], "lat": [0, 30]}')
+...    .load(url))
 
 The driver pins the snapshot and lays the table out (labels decoded once, pickled with the
-reader); partitions are groups of chunk boxes. With ``spark.sql.python.filterPushdown.enabled``
-on, conditions on dimension columns choose the boxes (and trim the rows), and conditions on
-array columns drop the boxes whose chunk statistics rule them out; Spark still applies every
-filter to the rows. A schema narrower than the table's reads only the arrays it names.
+reader); partitions are groups of chunk boxes. The ``where`` option (label ranges per
+dimension) chooses the boxes and the rows: it is part of the DataFrame, as ``arrays`` is.
+Spark's own filters are not pushed down (spark/source.py says why): they filter the rows. A
+schema narrower than the table's reads only the arrays it names.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +26,6 @@ from pyspark.sql.datasource import (
     Filter,
     GreaterThan,
     GreaterThanOrEqual,
-    In,
     InputPartition,
     LessThan,
     LessThanOrEqual,
@@ -36,7 +37,6 @@ from ..errors import InvalidInputError
 from ..values import (
     LabelCondition,
     Selection,
-    ValueCondition,
     ValuesLayout,
     box_rows,
     chunk_boxes,
@@ -45,7 +45,6 @@ from ..values import (
     open_dataset,
     partitions_of,
     read_boxes,
-    ruled_out_by_stats,
     values_layout,
 )
 from .options import ReadTarget, RepoOptions, get, get_bool, get_int, read_target, repo_options
@@ -104,16 +103,13 @@ class ValuesReader(DataSourceReader):
         self._rows_per_partition = get_int(
             options, "rows_per_partition", DEFAULT_ROWS_PER_PARTITION
         )
-        self._labels: tuple[LabelCondition, ...] = ()
-        self._values: tuple[ValueCondition, ...] = ()
+        # Part of the DataFrame's definition, never of one query's (see spark/source.py).
+        self._labels = where_option(get(options, "where"), self._query.layout)
 
     def partitions(self) -> Sequence[InputPartition]:
         query = self._query
         selection = Selection.of(query.layout, self._labels)
-        with query.repo.opened() as repo:
-            session = repo.readonly_session(snapshot_id=query.snapshot_id)
-            ruled_out = ruled_out_by_stats(session, query.layout, self._values)
-        boxes = chunk_boxes(query.layout, selection, ruled_out)
+        boxes = chunk_boxes(query.layout, selection)
         whole = Selection.of(query.layout, ())  # a box's rows before any trimming
         rows = box_rows(query.layout, whole, boxes[0]) if boxes else 1
         per = max(1, self._rows_per_partition // max(1, rows))
@@ -154,43 +150,30 @@ class ChunkStatsReader(DataSourceReader):
         yield from table.to_batches(max_chunksize=65_536)
 
 
-class PushdownValuesReader(ValuesReader):
-    """Also turns Spark's filters into conditions on labels and on values."""
+def where_option(text: str | None, layout: ValuesLayout) -> tuple[LabelCondition, ...]:
+    """``option("where", '{"time": ["2005-07-01", "2005-07-31"], "lat": [0, 30]}')``: per
+    dimension, labels from ``lo`` to ``hi``, both included (``null``: open).
 
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        dims = {d.name for d in self._query.layout.dims}
-        arrays = {a.name for a in self._query.layout.arrays}
-        for f in filters:
-            column = _column(f)
-            if column in dims:
-                condition = _label_condition(f, column)
-                if condition is not None:
-                    self._labels = (*self._labels, condition)
-            elif column in arrays:
-                value = _value_condition(f, column)
-                if value is not None:
-                    self._values = (*self._values, value)
-            yield f  # Spark filters the rows too: conditions here only choose chunks
-
-
-def _column(f: Filter) -> str | None:
-    attribute = tuple(getattr(f, "attribute", ()))
-    return attribute[0] if len(attribute) == 1 else None
-
-
-def _label_condition(f: Filter, dim: str) -> LabelCondition | None:
-    if isinstance(f, In):
-        return LabelCondition(dim, "in", tuple(f.value))
-    op = _OPS.get(type(f))
-    return None if op is None else LabelCondition(dim, op, getattr(f, "value", None))
-
-
-def _value_condition(f: Filter, array: str) -> ValueCondition | None:
-    op = _OPS.get(type(f))
-    value = getattr(f, "value", None)
-    if op is None or isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return ValueCondition(array, op, float(value))  # type: ignore[arg-type]
+    Raises:
+        InvalidInputError: not such a JSON object, or a column that is not a dimension.
+    """
+    if not text:
+        return ()
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        raise InvalidInputError(f"option where={text!r} is not JSON: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise InvalidInputError(f"option where={text!r}: give {{dimension: [lo, hi]}}")
+    conditions: list[LabelCondition] = []
+    for dim, bounds in parsed.items():
+        if not isinstance(bounds, list) or len(bounds) != 2:
+            raise InvalidInputError(f"option where: {dim!r} needs [lo, hi], not {bounds!r}")
+        lo, hi = bounds
+        conditions += [LabelCondition(dim, ">=", lo)] if lo is not None else []
+        conditions += [LabelCondition(dim, "<=", hi)] if hi is not None else []
+    Selection.of(layout, conditions)  # a column that is not a dimension: refused now
+    return tuple(conditions)
 
 
 def _narrowed(layout: ValuesLayout, schema: StructType) -> ValuesLayout:
