@@ -27,6 +27,9 @@ _PARTIAL_ARROW = pa.schema(
 )
 # Chunk boxes per task: a task pays for opening the repository and the group once.
 BOXES_PER_TASK = 16
+# At most this many boxes to read are read in this process: a Spark job costs about a second
+# to start, and reading a few chunks costs milliseconds.
+READ_HERE = 16
 
 
 def aggregate(
@@ -37,13 +40,15 @@ def aggregate(
     funcs: Sequence[str] = FUNCS,
     *,
     decode: bool = True,
+    read_here: int = READ_HERE,
     storage_options: Mapping[str, Any] | None = None,
     **options: str,
 ) -> dict[str, float | int | None]:
     """``funcs`` of the array's values where each dimension's label lies in
     ``where[dim] = (lo, hi)`` (both included), NaN, fill and CF-missing values left out;
     ``decode``: scaled as the ``values`` table's column (``scale_factor``, ``add_offset``),
-    else the stored values.
+    else the stored values. At most ``read_here`` chunks to read are read in this process
+    (it must reach the storage), more by Spark tasks; ``0``: always by Spark tasks.
 
     ``options``: as for ``spark.read.format("icechunk")``: ``group`` (default ``/``),
     ``branch`` / ``tag`` / ``snapshot`` / ``as_of``, ``authorize_virtual``.
@@ -60,8 +65,10 @@ def aggregate(
         session = read_target(opts).session(repo)
         plan = plan_aggregate(session, opts.get("group", "/"), array, where or {})
         snapshot = session.snapshot_id
-    total = plan.known
-    if plan.boxes:
+        total = plan.known
+        if plan.boxes and len(plan.boxes) <= read_here:
+            total = total + read_partial(session, plan, plan.boxes)
+    if len(plan.boxes) > read_here:
         total = total + _read_on_executors(spark, repo_opts, snapshot, plan)
     return plan.answer(total, funcs, decode)
 

@@ -37,6 +37,7 @@ from ..errors import InvalidInputError
 from ..values import (
     LabelCondition,
     Selection,
+    ValueCondition,
     ValuesLayout,
     box_rows,
     chunk_boxes,
@@ -45,6 +46,7 @@ from ..values import (
     open_dataset,
     partitions_of,
     read_boxes,
+    ruled_out_by_stats,
     values_layout,
 )
 from .options import ReadTarget, RepoOptions, get, get_bool, get_int, read_target, repo_options
@@ -104,12 +106,15 @@ class ValuesReader(DataSourceReader):
             options, "rows_per_partition", DEFAULT_ROWS_PER_PARTITION
         )
         # Part of the DataFrame's definition, never of one query's (see spark/source.py).
-        self._labels = where_option(get(options, "where"), self._query.layout)
+        self._labels, self._values = where_option(get(options, "where"), self._query.layout)
 
     def partitions(self) -> Sequence[InputPartition]:
         query = self._query
         selection = Selection.of(query.layout, self._labels)
-        boxes = chunk_boxes(query.layout, selection)
+        with query.repo.opened() as repo:
+            session = repo.readonly_session(snapshot_id=query.snapshot_id)
+            ruled_out = ruled_out_by_stats(session, query.layout, self._values)
+        boxes = chunk_boxes(query.layout, selection, ruled_out)
         whole = Selection.of(query.layout, ())  # a box's rows before any trimming
         rows = box_rows(query.layout, whole, boxes[0]) if boxes else 1
         per = max(1, self._rows_per_partition // max(1, rows))
@@ -123,7 +128,7 @@ class ValuesReader(DataSourceReader):
         with query.repo.opened() as repo:
             session = repo.readonly_session(snapshot_id=query.snapshot_id)
             ds = open_dataset(session, query.layout.group, query.layout.decode)
-            yield from read_boxes(ds, query.layout, selection, partition.boxes)
+            yield from read_boxes(ds, query.layout, selection, partition.boxes, self._values)
 
 
 class ChunkStatsReader(DataSourceReader):
@@ -150,30 +155,40 @@ class ChunkStatsReader(DataSourceReader):
         yield from table.to_batches(max_chunksize=65_536)
 
 
-def where_option(text: str | None, layout: ValuesLayout) -> tuple[LabelCondition, ...]:
-    """``option("where", '{"time": ["2005-07-01", "2005-07-31"], "lat": [0, 30]}')``: per
-    dimension, labels from ``lo`` to ``hi``, both included (``null``: open).
+def where_option(
+    text: str | None, layout: ValuesLayout
+) -> tuple[tuple[LabelCondition, ...], tuple[ValueCondition, ...]]:
+    """``option("where", '{"time": ["2005-07-01", "2005-07-31"], "tas": [300, null]}')``:
+    per dimension, labels from ``lo`` to ``hi``; per array, values from ``lo`` to ``hi``
+    (chunks whose statistics rule the range out are not read); both ends included, ``null``
+    open.
 
     Raises:
-        InvalidInputError: not such a JSON object, or a column that is not a dimension.
+        InvalidInputError: not such a JSON object, or a column of neither kind.
     """
     if not text:
-        return ()
+        return (), ()
     try:
         parsed = json.loads(text)
     except ValueError as exc:
         raise InvalidInputError(f"option where={text!r} is not JSON: {exc}") from exc
     if not isinstance(parsed, dict):
         raise InvalidInputError(f"option where={text!r}: give {{dimension: [lo, hi]}}")
-    conditions: list[LabelCondition] = []
-    for dim, bounds in parsed.items():
+    labels: list[LabelCondition] = []
+    values: list[ValueCondition] = []
+    arrays = {a.name for a in layout.arrays}
+    for column, bounds in parsed.items():
         if not isinstance(bounds, list) or len(bounds) != 2:
-            raise InvalidInputError(f"option where: {dim!r} needs [lo, hi], not {bounds!r}")
-        lo, hi = bounds
-        conditions += [LabelCondition(dim, ">=", lo)] if lo is not None else []
-        conditions += [LabelCondition(dim, "<=", hi)] if hi is not None else []
-    Selection.of(layout, conditions)  # a column that is not a dimension: refused now
-    return tuple(conditions)
+            raise InvalidInputError(f"option where: {column!r} needs [lo, hi], not {bounds!r}")
+        ends = [(op, v) for op, v in zip((">=", "<="), bounds, strict=True) if v is not None]
+        if column in arrays:
+            if any(isinstance(v, bool) or not isinstance(v, int | float) for _, v in ends):
+                raise InvalidInputError(f"option where: {column!r} takes numbers, not {bounds}")
+            values += [ValueCondition(column, op, float(v)) for op, v in ends]  # type: ignore[arg-type]
+        else:
+            labels += [LabelCondition(column, op, v) for op, v in ends]
+    Selection.of(layout, labels)  # a column of neither kind: refused now, naming the dimensions
+    return tuple(labels), tuple(values)
 
 
 def _narrowed(layout: ValuesLayout, schema: StructType) -> ValuesLayout:

@@ -8,16 +8,18 @@ dimensions, as ``Dataset.to_dataframe()`` lists them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import xarray as xr
 
 from ..chunks.codec import quiet_numcodecs
 from ..errors import IcechunkSparkError, InvalidInputError
 from .layout import ValuesLayout, arrow_type
-from .plan import Selection
+from .plan import Selection, ValueCondition
 
 
 def read_boxes(
@@ -25,8 +27,10 @@ def read_boxes(
     layout: ValuesLayout,
     selection: Selection,
     boxes: Sequence[tuple[int, ...]],
+    values: Sequence[ValueCondition] = (),
 ) -> Iterator[pa.RecordBatch]:
-    """One record batch per chunk box (boxes the selection leaves nothing of give none)."""
+    """One record batch per chunk box (boxes the selection leaves nothing of give none);
+    with ``values``, only the rows whose values meet every condition (null meets none)."""
     schema = layout.schema()
     for box in boxes:
         indexers = _indexers(layout, selection, box)
@@ -36,7 +40,23 @@ def read_boxes(
         columns = _label_columns(layout, indexers, sizes)
         for array in layout.arrays:
             columns.append(_value_column(ds, array.name, layout, indexers, box))
-        yield pa.RecordBatch.from_arrays(columns, schema=schema)
+        batch = pa.RecordBatch.from_arrays(columns, schema=schema)
+        yield batch.filter(_meeting(batch, values)) if values else batch
+
+
+_COMPUTE = {
+    "=": pc.equal,
+    "<": pc.less,
+    "<=": pc.less_equal,
+    ">": pc.greater,
+    ">=": pc.greater_equal,
+}
+
+
+def _meeting(batch: pa.RecordBatch, values: Sequence[ValueCondition]) -> pa.Array:
+    """Per row, whether every condition holds (a null value meets none)."""
+    masks = [_COMPUTE[c.op](batch.column(c.array), c.value) for c in values]
+    return pc.fill_null(functools.reduce(pc.and_, masks), False)
 
 
 def _indexers(

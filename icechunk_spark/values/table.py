@@ -28,8 +28,8 @@ def read_values(
     """The rows of ``arrays`` (of ``group``) where the conditions on labels hold, reading only
     the chunks they select and whose statistics do not rule ``where_values`` out.
 
-    Rows outside ``where`` are left out; ``where_values`` only skips chunks (filter the rows
-    to apply them exactly).
+    Rows outside ``where``, and rows whose values miss a condition of ``where_values`` (null
+    meets none), are left out.
 
     >>> july = [LabelCondition("time", ">=", t0), LabelCondition("time", "<", t1)]
     >>> read_values(session, "/", ["tas"], where=july)  # doctest: +SKIP
@@ -38,7 +38,6 @@ def read_values(
     selection = Selection.of(layout, where)
     ruled_out = ruled_out_by_stats(session, layout, where_values) if where_values else None
     boxes = chunk_boxes(layout, selection, ruled_out)
-    batches = list(
-        read_boxes(open_dataset(session, layout.group, decode), layout, selection, boxes)
-    )
+    ds = open_dataset(session, layout.group, decode)
+    batches = list(read_boxes(ds, layout, selection, boxes, where_values))
     return pa.Table.from_batches(batches, schema=layout.schema())

@@ -91,7 +91,10 @@ def sql(spark: SparkSession, url: str, array: str) -> None:
         json.dumps(
             {
                 "sums": [[row["t"], row["s"]] for row in rows],
-                "aggregate": aggregate(spark, url, array, {"t": (1, 2)}, ["count", "sum"]),
+                # read_here=0: the cut chunks are read by tasks, through Connect
+                "aggregate": aggregate(
+                    spark, url, array, {"t": (1, 2)}, ["count", "sum"], read_here=0
+                ),
             }
         )
     )

@@ -74,6 +74,17 @@ def test_the_where_option_reads_only_the_chunks_it_selects(spark: Any, daily: st
         values(spark, daily, arrays="tas", where='{"depth": [0, 1]}').count()
 
 
+def test_value_ranges_in_where_skip_chunks_by_their_statistics(spark: Any, daily: str) -> None:
+    frame = xarray_rows(Repository.open(daily), ["tas"])
+    hot = values(spark, daily, arrays="tas", where='{"tas": [299.9, null]}', rows_per_partition="1")
+    assert hot.count() == int((frame.tas >= 299.9).sum())
+    assert 4 * 2 < hot.rdd.getNumPartitions() < 4 * 2 * 3  # some chunks hold nothing that hot
+    none = values(spark, daily, arrays="tas", where='{"tas": [1000, null]}', rows_per_partition="1")
+    assert none.count() == 0
+    # Only the edge chunks (lon 10-11 of 12) are read: their statistics are unknown.
+    assert none.rdd.getNumPartitions() == 4 * 2 * 1
+
+
 @pytest.mark.parametrize("pushdown", ["false", "true"])
 def test_spark_filters_give_the_same_rows_as_xarray(
     spark: Any, sql_conf: Any, daily: str, pushdown: str
@@ -138,11 +149,13 @@ def test_bad_input_is_named(spark: Any, daily: str) -> None:
         values(spark, daily, arrays="tas").where("depth > 3").count()
 
 
-def test_aggregate_equals_numpy(spark: Any, daily: str) -> None:
+@pytest.mark.parametrize("read_here", [0, 16])  # cut chunks read by Spark tasks, or here
+def test_aggregate_equals_numpy(spark: Any, daily: str, read_here: int) -> None:
     from icechunk_spark.spark import aggregate
 
     where = {"time": ("2001-01-05", "2001-01-25"), "lat": (-60.0, 0.0)}
-    got = aggregate(spark, daily, "tas", where, ["count", "sum", "mean", "min", "max"])
+    funcs = ["count", "sum", "mean", "min", "max"]
+    got = aggregate(spark, daily, "tas", where, funcs, read_here=read_here)
     ds = xr.open_zarr(Repository.open(daily).readonly_session().store, consolidated=False)
     raw = ds.tas.sel(time=slice("2001-01-05", "2001-01-25"), lat=slice(-60, 0)).values
     valid = raw[~np.isnan(raw)].astype("f8")

@@ -102,6 +102,7 @@ def test_statistics_rule_out_chunks_for_conditions_on_values(decade: str) -> Non
     )  # one time chunk: 2 lat chunks x 3 lon chunks
     values = np.asarray(table.column("tas"))
     assert (values > 3640).sum() == (3652 - 3640) * 18 * 36  # every matching row is there
+    assert values.size == (3652 - 3640) * 18 * 36  # and no other row
 
 
 def test_no_chunk_is_read_when_nothing_is_selected(decade: str) -> None:
