@@ -112,6 +112,9 @@ def _write_landed(repo: Repository, plan: WritePlan) -> bool:
 
 def stage_into(session: Session, plan: WritePlan, staged: StagedWrite) -> None:
     """Make every array of the write ready, and give the session its staged refs."""
+    for path in plan.replaced:
+        if session.find_node(path) is not None:
+            session.delete_node(path)
     for path in sorted(plan.groups):  # an existing group keeps its attributes
         _ensure_group(session, path, plan.groups[path])
     declared_only = {p for p, t in plan.arrays.items() if not t.exists} - set(staged.arrays)

@@ -17,7 +17,7 @@ the user's driver process, so every step can be a Spark job:
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import pyarrow as pa
@@ -136,13 +136,33 @@ def _run(df: DataFrame, url: str, kind: RowKind, options: dict[str, Any]) -> str
 
 _SUMMARY = "attempt string, array string, count long, lo array<long>, hi array<long>, detail binary"
 _REDUCED = "array string, count long, lo array<long>, hi array<long>, detail binary"
+_REDUCED_ARROW = pa.schema(
+    [
+        ("array", pa.string()),
+        ("count", pa.int64()),
+        ("lo", pa.list_(pa.int64())),
+        ("hi", pa.list_(pa.int64())),
+        ("detail", pa.binary()),
+    ]
+)
+_SUMMARY_ARROW = _REDUCED_ARROW.insert(0, pa.field("attempt", pa.string()))
+# Turns one task's batches into the rows it stages (see ``stage``).
+Prepare = Callable[[Iterator[pa.RecordBatch]], Iterable[pa.RecordBatch]]
 
 
-def stage(df: DataFrame, plan: WritePlan) -> StagedWrite:
+# The summary row of a task that met bad input: its error, pickled, instead of its arrays.
+_REFUSED = "\x00refused"
+
+
+def stage(df: DataFrame, plan: WritePlan, prepare: Prepare | None = None) -> StagedWrite:
     """Stage every row on executors; reduce the per-task summaries per array with Spark.
 
     One Spark action: the staging tasks are the map side of the aggregation, so each runs
     once (a re-run attempt's files replace the failed one's, whose are swept after commit).
+    ``prepare`` turns a task's batches into the rows to stage (tidy rows into chunk rows).
+    Bad input a task meets comes back as a value and is raised here as it is, not wrapped
+    in Spark's task failure (the first by ``InvalidInputError.order`` when several tasks
+    refuse).
     """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -151,17 +171,41 @@ def stage(df: DataFrame, plan: WritePlan) -> StagedWrite:
         context = TaskContext.get()
         assert context is not None
         attempt = attempt_name(context.partitionId(), context.taskAttemptId())
-        result = Stager(plan, plan.repo.storage(), attempt).run(batches)
+        rows = prepare(batches) if prepare is not None else batches
+        try:
+            result = Stager(plan, plan.repo.storage(), attempt).run(rows)
+        except InvalidInputError as error:
+            yield _refused_row(attempt, error)
+            return
         if result.arrays:
             yield _summary_rows(result)
 
     reduced = df.mapInArrow(run, _SUMMARY).groupBy("array").applyInArrow(_reduce, _REDUCED)
-    arrays, attempts = {}, set()
+    arrays, attempts, refused = {}, set(), []
     for row in reduced.collect():
+        if row["array"] == _REFUSED:
+            refused.extend(pickle.loads(row["detail"]))
+            continue
         stats, files, row_attempts = pickle.loads(row["detail"])
         arrays[row["array"]] = staged_refs(row["array"], stats, files)
         attempts |= row_attempts
+    if refused:
+        raise min(refused, key=lambda e: getattr(e, "order", ()))
     return StagedWrite(arrays, frozenset(attempts))
+
+
+def _refused_row(attempt: str, error: InvalidInputError) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(
+        {
+            "attempt": [attempt],
+            "array": [_REFUSED],
+            "count": [0],
+            "lo": [[]],
+            "hi": [[]],
+            "detail": [pickle.dumps([error])],
+        },
+        schema=_SUMMARY_ARROW,
+    )
 
 
 def _summary_rows(result: StageResult) -> pa.RecordBatch:
@@ -182,6 +226,18 @@ def _summary_rows(result: StageResult) -> pa.RecordBatch:
 
 def _reduce(table: pa.Table) -> pa.Table:
     """The summaries of one array from every attempt, merged (runs on executors)."""
+    if table.column("array")[0].as_py() == _REFUSED:
+        errors = [e for d in table.column("detail").to_pylist() for e in pickle.loads(d)]
+        return pa.table(
+            {
+                "array": [_REFUSED],
+                "count": [0],
+                "lo": [[]],
+                "hi": [[]],
+                "detail": [pickle.dumps(errors)],
+            },
+            schema=_REDUCED_ARROW,
+        )
     details = [pickle.loads(d) for d in table.column("detail").to_pylist()]
     merged = merged_stats([stats for stats, _, _ in details])
     files = sorted({f.key: f for _, fs, _ in details for f in fs}.values(), key=lambda f: f.key)
@@ -246,6 +302,7 @@ def _written(storage: Storage, task: bytes) -> bytes:
 
 __all__ = [
     "ChunkWriteOptions",
+    "Prepare",
     "RefWriteOptions",
     "WriteOptions",
     "commit_refs",

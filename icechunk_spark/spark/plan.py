@@ -89,6 +89,9 @@ class WritePlan:
     stage_rows: int = DEFAULT_STAGE_ROWS
     # Groups to create when missing: path -> attributes (a virtual dataset's root attributes).
     groups: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Nodes the write replaces: deleted (with what is below them) before arrays are made
+    # ready, so a dataset written over drops the arrays it no longer has.
+    replaced: tuple[str, ...] = ()
     # The state generation the plan was made from: every object the write creates is younger,
     # which tells the commit whether a garbage collection since could have deleted them.
     base_generation: int = -1

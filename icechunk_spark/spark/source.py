@@ -93,6 +93,7 @@ class IcechunkDataSource(DataSource):
         return ChunksReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> IcechunkWriter:
+        _refuse_values_table(self.options, "write_values(df, url, dims=...)")
         check_options(self.options, WRITE, "df.write")
         check_row_schema(to_arrow_schema(schema))
         return IcechunkWriter(make_plan(self.options, schema.fieldNames(), overwrite))
@@ -102,6 +103,7 @@ class IcechunkDataSource(DataSource):
             raise InvalidInputError(
                 "the icechunk stream sink appends: use outputMode('append'), not 'complete'"
             )
+        _refuse_values_table(self.options, "foreachBatch(values_batches(url, dims=...))")
         check_options(self.options, STREAM_WRITE, "df.writeStream")
         check_row_schema(to_arrow_schema(schema))
         return IcechunkStreamWriter(self.options, schema.fieldNames())
@@ -111,6 +113,16 @@ class IcechunkDataSource(DataSource):
         table = stream_table(self.options)  # before the schema check: says what to add
         check_options(self.options, read_options(table), "spark.readStream")
         return ChangesStreamReader(self.options, checked_schema(table, schema))
+
+
+def _refuse_values_table(options: Any, instead: str) -> None:
+    """Tidy rows cannot go through a Python data source's writer: see spark/values_write.py."""
+    if (get(options, "table") or "").lower() == "values":
+        raise InvalidInputError(
+            "table=values is written from the driver, not by df.write/writeStream: a Python "
+            "data source cannot have Spark shuffle its rows by chunk, and its tasks cannot "
+            f"know every row's labels; use icechunk_spark.spark.{instead}"
+        )
 
 
 # -- reading ------------------------------------------------------------------------------
