@@ -1,6 +1,7 @@
 """Arrays as tables in Spark (issue: SQL over the values), on local disk, one run.
 
     .venv/bin/python bench/bench_values.py [--days 3650] [--lat 180] [--lon 360]
+    .venv/bin/python bench/bench_values.py --write   # tidy rows -> arrays (bench/values_write.py)
 
 A native float32 ``tas(time, lat, lon)`` (zstd, chunks of 30 days x 90 x 90) written by xarray
 with chunk statistics on; the same values as Parquet (time, lat, lon, tas; written a year at a
@@ -116,7 +117,17 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=3650)
     parser.add_argument("--lat", type=int, default=180)
     parser.add_argument("--lon", type=int, default=360)
+    parser.add_argument("--write", action="store_true", help="tidy rows -> arrays instead")
+    parser.add_argument("--time", type=int, default=1000, help="--write: days")
+    parser.add_argument("--write-lat", type=int, default=100)
+    parser.add_argument("--write-lon", type=int, default=1000)
+    parser.add_argument("--xarray-rows", type=int, default=20_000_000)
     args = parser.parse_args()
+    if args.write:
+        from bench.values_write import main as write_main
+
+        write_main(args.time, args.write_lat, args.write_lon, args.xarray_rows)
+        return
     from icechunk_spark.spark import aggregate
 
     root = Path(tempfile.mkdtemp(prefix="bench-values-"))

@@ -34,13 +34,13 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import LongType, StructField, StructType
 
 from ..errors import InvalidInputError
 from ..format.paths import normalize_path
 from ..format.structure import parse_array_meta
-from ..values.assemble import CHUNK_COLUMN, CHUNK_ROWS, chunk_rows, labels_of, with_chunk_ids
+from ..values.assemble import CHUNK_COLUMN, CHUNK_ROWS, OFFSET_COLUMN, chunk_rows, labels_of
 from ..values.grid import Grid, TidySpec
+from ..values.labels import Labels
 from ..values.tidy_write import Mode, existing_reader, plan_grid, value_dtypes, with_holes
 from .coordinator import StagedWrite, abort_write, landed_already, run_commit
 from .distributed import spark_piece_runner, stage
@@ -53,6 +53,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 _QUERY_ID_PROPERTY = "sql.streaming.queryId"
+# Tasks of the assembling stage: one per chunk up to this many (then a task holds the blocks
+# of several chunks at once).
+MAX_TASKS = 1024
 
 
 def write_values(
@@ -180,21 +183,14 @@ def _with_grid(plan: WritePlan, grid: Grid, existing: set[str]) -> WritePlan:
 
 
 def _stage(df: DataFrame, plan: WritePlan, grid: Grid) -> StagedWrite:
-    """Executors assemble and stage the value chunks; the coordinate chunks are staged here."""
-    tidy = df.select(*grid.spec.dims, *[v.name for v in grid.variables])
+    """Executors assemble and stage the value chunks; the coordinate chunks are staged here.
 
-    def key(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            yield with_chunk_ids(batch, grid)
-
-    parts = min(math.prod(grid.grid_shape), _shuffle_partitions(df))
-    ordered = (
-        tidy.mapInArrow(
-            key, StructType([*tidy.schema.fields, StructField(CHUNK_COLUMN, LongType())])
-        )
-        .repartition(max(parts, 1), CHUNK_COLUMN)
-        .sortWithinPartitions(CHUNK_COLUMN)
-    )
+    Each row's chunk and offset are computed in the JVM (a broadcast join per dimension
+    with its label -> index table), so the rows cross to Python once, in the shuffle's
+    output: whole chunks per task, about one chunk a task (at most ``MAX_TASKS`` tasks).
+    """
+    parts = max(1, min(math.prod(grid.grid_shape), MAX_TASKS))
+    ordered = _keyed(df, grid).repartition(parts, CHUNK_COLUMN)
     values = stage(ordered, plan, _assembler(plan, grid))
     coordinates = _stage_coordinates(plan, grid)
     return StagedWrite(
@@ -202,8 +198,63 @@ def _stage(df: DataFrame, plan: WritePlan, grid: Grid) -> StagedWrite:
     )
 
 
-def _shuffle_partitions(df: DataFrame) -> int:
-    return int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200)
+def _keyed(df: DataFrame, grid: Grid) -> DataFrame:
+    """The rows as ``(_chunk, _offset, values...)``: the columns ``values.assemble.keyed``
+    makes in one process, here by Spark. The driver checked every label is on the grid."""
+    rows = df
+    chunk, offset = F.lit(0), F.lit(0)
+    for axis, labels in enumerate(grid.labels):
+        rows, index = _with_index(rows, labels, f"_i{axis}")
+        size = grid.chunk_shape[axis]
+        chunk = chunk * grid.grid_shape[axis] + F.expr(f"{index} div {size}")
+        offset = offset * size + F.expr(f"{index} % {size}")
+    values = [v.name for v in grid.variables]
+    return rows.select(chunk.alias(CHUNK_COLUMN), offset.alias(OFFSET_COLUMN), *values)
+
+
+def _with_index(rows: DataFrame, labels: Labels, index: str) -> tuple[DataFrame, str]:
+    """``rows`` with each label's index in column ``index``: arithmetic on evenly spaced
+    labels (daily times, regular grids), else a broadcast join with the label table."""
+    step = regular_step(labels.values)
+    column = F.col(labels.dim)
+    if step is not None:
+        first = labels.values[0]
+        if labels.values.dtype.kind == "M":
+            micros = F.unix_micros(column) - int(first.astype("datetime64[us]").astype(np.int64))
+            position = micros / (int(step) / 1000)  # step in ns
+        else:
+            position = (column - float(first)) / float(step)
+        return rows.withColumn(index, F.round(position).cast("long")), index
+    table = rows.sparkSession.createDataFrame(_index_table(labels, index))
+    dim_type = rows.schema[labels.dim].dataType
+    joined = rows.join(
+        F.broadcast(table.select(F.col(labels.dim).cast(dim_type), index)), labels.dim
+    )
+    return joined, index
+
+
+def regular_step(values: np.ndarray) -> Any:
+    """The step of evenly spaced labels (within a thousandth of a step), else ``None``."""
+    if values.shape[0] < 2:
+        return None
+    if values.dtype.kind == "M":
+        ns = values.astype("datetime64[ns]").astype(np.int64)
+        steps = np.diff(ns)
+        return int(steps[0]) if steps[0] > 0 and (steps == steps[0]).all() else None
+    numbers = values.astype(np.float64)
+    step = (numbers[-1] - numbers[0]) / (numbers.shape[0] - 1)
+    expected = numbers[0] + step * np.arange(numbers.shape[0])
+    return step if step > 0 and np.abs(numbers - expected).max() < step / 1000 else None
+
+
+def _index_table(labels: Labels, index: str) -> pa.Table:
+    """A dimension's labels and their indexes (times as UTC instants, as Spark's are)."""
+    values = labels.values
+    if values.dtype.kind == "M":
+        column = pa.array(values.astype("datetime64[us]"), pa.timestamp("us", tz="UTC"))
+    else:
+        column = pa.array(values)
+    return pa.table({labels.dim: column, index: pa.array(np.arange(labels.size), pa.int64())})
 
 
 def _assembler(

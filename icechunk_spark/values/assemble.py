@@ -10,7 +10,9 @@ reaches into it (read, merged, rewritten), then the rows' values. xarray's own
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,6 +26,7 @@ from ..errors import InvalidInputError
 from .grid import Grid, Variable
 
 CHUNK_COLUMN = "_chunk"
+OFFSET_COLUMN = "_offset"
 CHUNK_ROWS = pa.schema(
     [("array", pa.string()), ("coord", pa.list_(pa.int64())), ("data", pa.binary())]
 )
@@ -62,93 +65,123 @@ def labels_of(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.asarray(column.to_numpy(zero_copy_only=False))
 
 
-def with_chunk_ids(batch: pa.RecordBatch, grid: Grid) -> pa.RecordBatch:
-    """``batch`` with each row's chunk id (a label the grid lacks is an error)."""
-    ids = grid.chunk_ids(grid.indexes(label_columns(batch, grid.spec.dims)))
-    return pa.RecordBatch.from_arrays(
-        [*batch.columns, pa.array(ids, pa.int64())], [*batch.schema.names, CHUNK_COLUMN]
-    )
+def keyed(batch: pa.RecordBatch | pa.Table, grid: Grid) -> pa.Table:
+    """Tidy rows as the assembler takes them: each row's chunk and offset in that chunk
+    (from its labels, here; the Spark path computes the same columns in the JVM), then the
+    value columns. A label the grid lacks is an error."""
+    indexes = grid.indexes(label_columns(batch, grid.spec.dims))
+    columns = {
+        CHUNK_COLUMN: pa.array(grid.chunk_ids(indexes), pa.int64()),
+        OFFSET_COLUMN: pa.array(grid.offsets(indexes), pa.int64()),
+    }
+    columns.update({v.name: batch.column(v.name) for v in grid.variables})
+    return pa.table(columns)
 
 
-def rows_by_chunk(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[int, pa.Table]]:
-    """(chunk id, all its rows) from batches sorted by chunk id: one chunk held at a time."""
-    pending: list[pa.Table] = []
-    current: int | None = None
-    for batch in batches:
+@dataclass(eq=False, slots=True)
+class _Block:
+    """One chunk being assembled: a block per value array, and which elements rows gave."""
+
+    values: list[np.ndarray]
+    given: np.ndarray
+
+
+class ChunkAssembler:
+    """Scatters keyed rows into dense chunk blocks as they come, in any order; ``finish``
+    then yields each chunk's stored bytes. A task holds the blocks of the chunks its rows
+    touch (Spark's shuffle gives it whole chunks, few of them), never the rows."""
+
+    def __init__(self, grid: Grid, read_existing: ReadExisting) -> None:
+        self.grid = grid
+        self.read_existing = read_existing
+        self._blocks: dict[int, _Block] = {}
+
+    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Place one batch of keyed rows (see :func:`keyed`).
+
+        Raises:
+            DuplicateLabelsError: two rows give one element (in this batch, or before).
+        """
         if batch.num_rows == 0:
-            continue
-        ids = batch.column(CHUNK_COLUMN).to_numpy()
-        cuts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
-        starts = [0, *cuts.tolist()]
-        ends = [*cuts.tolist(), batch.num_rows]
-        for start, end in zip(starts, ends, strict=True):
-            chunk = int(ids[start])
-            if current is not None and chunk != current:
-                yield current, pa.concat_tables(pending)
-                pending = []
-            current = chunk
-            pending.append(pa.Table.from_batches([batch.slice(start, end - start)]))
-    if current is not None:
-        yield current, pa.concat_tables(pending)
+            return
+        chunks = np.asarray(batch.column(CHUNK_COLUMN).to_numpy())
+        offsets = np.asarray(batch.column(OFFSET_COLUMN).to_numpy())
+        values = [_values(batch.column(v.name), v) for v in self.grid.variables]
+        order = np.argsort(chunks, kind="stable")
+        ids, starts = np.unique(chunks[order], return_index=True)
+        for chunk, rows in zip(ids, np.split(order, starts[1:]), strict=True):
+            self._place(int(chunk), offsets[rows], [v[rows] for v in values])
+
+    def _place(self, chunk: int, offsets: np.ndarray, values: list[np.ndarray]) -> None:
+        block = self._blocks.get(chunk)
+        if block is None:
+            size = math.prod(self.grid.chunk_shape)
+            block = _Block(
+                [np.full(size, v.hole, dtype=v.dtype) for v in self.grid.variables],
+                np.zeros(size, dtype=bool),
+            )
+            self._blocks[chunk] = block
+        _refuse_duplicates(chunk, offsets, block.given, self.grid)
+        block.given[offsets] = True
+        for target, given in zip(block.values, values, strict=True):
+            target[offsets] = given
+
+    def finish(self) -> Iterator[pa.RecordBatch]:
+        """The chunk rows (array, coord, raw data) of every chunk placed, one chunk at a
+        time (its blocks are let go as it is yielded)."""
+        for chunk in sorted(self._blocks):
+            yield self._stored(chunk, self._blocks.pop(chunk))
+
+    def _stored(self, chunk: int, block: _Block) -> pa.RecordBatch:
+        grid = self.grid
+        coord = tuple(int(c) for c in np.unravel_index(chunk, grid.grid_shape))
+        starts = [c * n for c, n in zip(coord, grid.chunk_shape, strict=True)]
+        kept = None if block.given.all() else _old_part(starts, grid)
+        data = []
+        for variable, flat in zip(grid.variables, block.values, strict=True):
+            values = flat.reshape(grid.chunk_shape)
+            if kept is not None:
+                inside = tuple(
+                    slice(s.start - a, s.stop - a) for s, a in zip(kept, starts, strict=True)
+                )
+                given = block.given.reshape(grid.chunk_shape)[inside]
+                old = self.read_existing(variable.name, kept)
+                values[inside] = np.where(given, values[inside], old)
+            data.append(_stored(values, variable, grid.spec.dims))
+        names = [v.path for v in grid.variables]
+        return pa.RecordBatch.from_pydict(
+            {"array": names, "coord": [list(coord)] * len(names), "data": data}, schema=CHUNK_ROWS
+        )
 
 
 def chunk_rows(
     batches: Iterable[pa.RecordBatch], grid: Grid, read_existing: ReadExisting
 ) -> Iterator[pa.RecordBatch]:
-    """The chunk rows (array, coord, raw data) of every chunk the sorted batches hold."""
-    for chunk, rows in rows_by_chunk(batches):
-        yield assemble_chunk(chunk, rows, grid, read_existing)
+    """The chunk rows (array, coord, raw data) of all the keyed rows of ``batches``."""
+    assembler = ChunkAssembler(grid, read_existing)
+    for batch in batches:
+        assembler.add(batch)
+    yield from assembler.finish()
 
 
-def assemble_chunk(
-    chunk: int, rows: pa.Table, grid: Grid, read_existing: ReadExisting
-) -> pa.RecordBatch:
-    """One chunk's rows -> one chunk row per value array, its bytes as stored."""
-    coord = tuple(int(c) for c in np.unravel_index(chunk, grid.grid_shape))
-    starts = [c * n for c, n in zip(coord, grid.chunk_shape, strict=True)]
-    stops = [
-        min(s + n, size) for s, n, size in zip(starts, grid.chunk_shape, grid.shape, strict=True)
-    ]
-    indexes = grid.indexes(label_columns(rows, grid.spec.dims))
-    local = [i - s for i, s in zip(indexes, starts, strict=True)]
-    offsets = np.ravel_multi_index(local, grid.chunk_shape)
-    _refuse_duplicates(offsets, rows, grid, chunk)
-    covered = offsets.shape[0] == int(np.prod([b - a for a, b in zip(starts, stops, strict=True)]))
-    kept = None if covered else _old_part(starts, stops, grid.old_shape)
-    data = []
-    for variable in grid.variables:
-        block = np.full(grid.chunk_shape, variable.hole, dtype=variable.dtype)
-        if kept is not None:
-            inside = tuple(
-                slice(s.start - a, s.stop - a) for s, a in zip(kept, starts, strict=True)
-            )
-            block[inside] = read_existing(variable.name, kept)
-        block.reshape(-1)[offsets] = _values(rows.column(variable.name), variable)
-        data.append(_stored(block, variable, grid.spec.dims))
-    names = [v.path for v in grid.variables]
-    return pa.RecordBatch.from_pydict(
-        {"array": names, "coord": [list(coord)] * len(names), "data": data}, schema=CHUNK_ROWS
-    )
-
-
-def _refuse_duplicates(offsets: np.ndarray, rows: pa.Table, grid: Grid, chunk: int) -> None:
-    order = np.argsort(offsets, kind="stable")
-    repeated = np.flatnonzero(offsets[order][1:] == offsets[order][:-1])
+def _refuse_duplicates(chunk: int, offsets: np.ndarray, given: np.ndarray, grid: Grid) -> None:
+    """Refuse rows giving an element twice: the smallest such offset is named."""
+    order = np.sort(offsets)
+    twice = order[1:][order[1:] == order[:-1]]
+    before = offsets[given[offsets]]
+    repeated = np.concatenate([twice, before])
     if repeated.size:
-        row = int(order[repeated[0]])
-        labels = {d: _label_text(rows.column(d)[row].as_py()) for d in grid.spec.dims}
-        raise DuplicateLabelsError(labels, chunk)
+        raise DuplicateLabelsError(grid.labels_at(chunk, int(repeated.min())), chunk)
 
 
-def _label_text(value: Any) -> str:
-    return value.isoformat() if hasattr(value, "isoformat") else repr(value)
-
-
-def _old_part(
-    starts: list[int], stops: list[int], old_shape: tuple[int, ...]
-) -> tuple[slice, ...] | None:
+def _old_part(starts: list[int], grid: Grid) -> tuple[slice, ...] | None:
     """The part of the chunk's box the dataset held before, if any."""
-    part = tuple(slice(a, min(b, old)) for a, b, old in zip(starts, stops, old_shape, strict=True))
+    part = tuple(
+        slice(a, min(a + n, old, size))
+        for a, n, old, size in zip(
+            starts, grid.chunk_shape, grid.old_shape, grid.shape, strict=True
+        )
+    )
     return part if all(s.stop > s.start for s in part) else None
 
 
@@ -171,12 +204,12 @@ def _stored(block: np.ndarray, variable: Variable, dims: tuple[str, ...]) -> byt
 __all__ = [
     "CHUNK_COLUMN",
     "CHUNK_ROWS",
+    "OFFSET_COLUMN",
+    "ChunkAssembler",
     "DuplicateLabelsError",
     "ReadExisting",
-    "assemble_chunk",
     "chunk_rows",
+    "keyed",
     "label_columns",
     "labels_of",
-    "rows_by_chunk",
-    "with_chunk_ids",
 ]

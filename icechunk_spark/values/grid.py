@@ -135,6 +135,20 @@ class Grid:
             _positions(labels, values) for labels, values in zip(self.labels, columns, strict=True)
         )
 
+    def offsets(self, indexes: Sequence[np.ndarray]) -> np.ndarray:
+        """Each row's place in its chunk, as one number (C order over the chunk's shape)."""
+        local = [i % c for i, c in zip(indexes, self.chunk_shape, strict=True)]
+        return np.ravel_multi_index(local, self.chunk_shape).astype(np.int64)
+
+    def labels_at(self, chunk: int, offset: int) -> dict[str, str]:
+        """The labels of the element at ``offset`` in ``chunk``, as text (for errors)."""
+        coord = np.unravel_index(chunk, self.grid_shape)
+        local = np.unravel_index(offset, self.chunk_shape)
+        return {
+            lab.dim: shown(lab.values[int(c) * n + int(i)])
+            for lab, c, n, i in zip(self.labels, coord, self.chunk_shape, local, strict=True)
+        }
+
     def chunk_ids(self, indexes: Sequence[np.ndarray]) -> np.ndarray:
         """Each row's chunk, as one number (C order over the chunk grid)."""
         coords = [i // c for i, c in zip(indexes, self.chunk_shape, strict=True)]
@@ -156,15 +170,17 @@ def _positions(labels: Labels, values: np.ndarray) -> np.ndarray:
     if not hit.all():
         missing = np.min(values[~hit])  # the smallest: rows have no order
         raise InvalidInputError(
-            f"dimension {labels.dim!r} has no label {_shown(missing)}: only the append "
+            f"dimension {labels.dim!r} has no label {shown(missing)}: only the append "
             "dimension takes new labels (see append_dim)"
         )
     return found.astype(np.int64)
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
+    """A label as an error names it: times to the second when they are whole seconds."""
     if isinstance(value, np.datetime64):
-        return str(np.datetime_as_string(value))
+        seconds = value.astype("datetime64[s]")
+        return str(seconds) if seconds == value else str(value)
     return repr(value.item() if isinstance(value, np.generic) else value)
 
 
@@ -189,14 +205,14 @@ def grown_labels(
     present = np.isin(distinct, old)
     if present.any() and placement != "update":
         raise InvalidInputError(
-            f"dimension {existing.dim!r} has label {_shown(distinct[present][0])} already; "
+            f"dimension {existing.dim!r} has label {shown(distinct[present][0])} already; "
             "placement='update' writes the rows into the elements that are there"
         )
     new = distinct[~present]
     if old.size and new.size and new[0] < old[-1]:
         raise InvalidInputError(
-            f"label {_shown(new[0])} of dimension {existing.dim!r} sorts before the last "
-            f"one there ({_shown(old[-1])}): appended labels go after the existing ones"
+            f"label {shown(new[0])} of dimension {existing.dim!r} sorts before the last "
+            f"one there ({shown(old[-1])}): appended labels go after the existing ones"
         )
     return Labels(existing.dim, np.concatenate([old, new.astype(old.dtype)])), int(old.size)
 
@@ -217,5 +233,6 @@ __all__ = [
     "check_known",
     "encoding_of",
     "grown_labels",
+    "shown",
     "sorted_labels",
 ]

@@ -15,12 +15,11 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..core import BaseSession, Session
 from ..errors import InvalidInputError
 from ..format.structure import parse_array_meta
-from .assemble import CHUNK_COLUMN, ReadExisting, chunk_rows, labels_of, with_chunk_ids
+from .assemble import CHUNK_COLUMN, OFFSET_COLUMN, ReadExisting, chunk_rows, keyed, labels_of
 from .grid import Grid, TidySpec
 from .grid_plan import plan_grown_grid, plan_new_grid
 from .layout import open_dataset
@@ -51,7 +50,7 @@ def value_dtypes(schema: pa.Schema, dims: tuple[str, ...]) -> dict[str, np.dtype
             )
     values = {}
     for field in schema:
-        if field.name in dims or field.name == CHUNK_COLUMN:
+        if field.name in dims or field.name in (CHUNK_COLUMN, OFFSET_COLUMN):
             continue
         if not (pa.types.is_integer(field.type) or pa.types.is_floating(field.type)):
             raise InvalidInputError(
@@ -150,17 +149,12 @@ def write_table(
     make_ready(session, grid)
     for coordinate in grid.coordinates:
         _set_raw(session, coordinate.path, coordinate.zarr_json, coordinate.chunks)
-    keyed = pa.Table.from_batches([with_chunk_ids(b, grid) for b in table.to_batches()])
-    ordered = keyed.take(pc.sort_indices(keyed, [(CHUNK_COLUMN, "ascending")]))
     reader = existing_reader(session, spec.group)
-    for batch in chunk_rows(ordered.to_batches(), grid, reader):
-        for path, coord, data in zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True):
-            _set_raw(
-                session,
-                path,
-                next(v.zarr_json for v in grid.variables if v.path == path),
-                [(coord, data)],
-            )
+    docs = {v.path: v.zarr_json for v in grid.variables}
+    rows = (keyed(batch, grid) for batch in table.to_batches())
+    for batch in chunk_rows(rows, grid, reader):
+        for row in batch.to_pylist():
+            _set_raw(session, row["array"], docs[row["array"]], [(row["coord"], row["data"])])
     return grid
 
 

@@ -16,6 +16,7 @@ import zarr
 from icechunk_spark import Repository
 from icechunk_spark.errors import ConflictError, InvalidInputError
 from icechunk_spark.spark import values_batches, write_values
+from icechunk_spark.spark.values_write import regular_step
 from icechunk_spark.values.assemble import DuplicateLabelsError
 
 from .test_streaming import forget_batch_done
@@ -65,6 +66,33 @@ def test_a_tidy_table_becomes_the_dataset_xarray_writes(spark: Any, tmp_path: Pa
     xr.testing.assert_identical(got, as_xarray_writes(pdf))
     assert got["n"].dtype == np.float64  # holes make integers NaN-able, as in xarray
     assert got["tas"].encoding["chunks"] == (4, 2, 3)
+
+
+def test_uneven_labels_are_placed_by_a_join(spark: Any, tmp_path: Path) -> None:
+    days = pd.DatetimeIndex(["2001-01-01", "2001-01-02", "2001-01-05", "2001-02-01"])
+    pdf = tidy(days, drop=0.2)
+    pdf["lat"] = pdf["lat"].map({-30.0: -31.5, 0.0: 0.25, 30.0: 60.0})
+    url = new_repo(tmp_path)
+    write_values(
+        spark.createDataFrame(pdf), url, dims=DIMS, chunks={"time": 3, "lon": 3}, group="/g"
+    )
+    xr.testing.assert_identical(opened(url), as_xarray_writes(pdf))
+
+
+@pytest.mark.parametrize(
+    ("values", "step"),
+    [
+        (np.array([0.5, 1.5, 2.5]), 1.0),
+        (np.linspace(-89.5, 89.5, 180, dtype="f4"), 1.0),
+        (np.array([0.0, 1.0, 3.0]), None),
+        (np.array([7.0]), None),
+        (pd.date_range("2001-01-01", periods=3, freq="h").values, 3_600_000_000_000),
+        (pd.DatetimeIndex(["2001-01-01", "2001-01-03", "2001-01-04"]).values, None),
+    ],
+)
+def test_even_labels_are_found_by_their_step(values: np.ndarray, step: object) -> None:
+    found = regular_step(values)
+    assert found == pytest.approx(step) if step is not None else found is None
 
 
 def test_append_grows_along_time_and_merges_partly_covered_chunks(

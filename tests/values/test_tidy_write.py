@@ -3,6 +3,7 @@ appends along a dimension, partly covered chunks merged, and bad rows refused.""
 
 from __future__ import annotations
 
+import math
 import uuid
 
 import numpy as np
@@ -14,7 +15,7 @@ import zarr
 
 from icechunk_spark import Repository
 from icechunk_spark.errors import InvalidInputError
-from icechunk_spark.values.assemble import CHUNK_COLUMN, DuplicateLabelsError, rows_by_chunk
+from icechunk_spark.values.assemble import DuplicateLabelsError, chunk_rows, keyed
 from icechunk_spark.values.grid import TidySpec
 from icechunk_spark.values.tidy_write import write_table
 
@@ -135,8 +136,15 @@ def test_duplicate_labels_name_the_first_element(repo: Repository) -> None:
         written(repo, twice)
 
 
-def test_rows_of_a_chunk_across_batches_come_out_together() -> None:
-    ids = [[1, 1], [1, 2, 2], [3], [3, 3, 4]]
-    batches = [pa.RecordBatch.from_pydict({CHUNK_COLUMN: i, "v": i}) for i in ids]
-    grouped = [(c, t.column("v").to_pylist()) for c, t in rows_by_chunk(batches)]
-    assert grouped == [(1, [1, 1, 1]), (2, [2, 2]), (3, [3, 3, 3]), (4, [4])]
+def test_rows_of_one_chunk_in_any_order_and_batch_make_one_chunk(repo: Repository) -> None:
+    pdf = tidy(6, drop=0.2)
+    session = repo.writable_session("main")
+    spec = TidySpec(DIMS, {"time": 3, "lat": 2, "lon": 2}, group="/g")
+    table = pa.Table.from_pandas(pdf, preserve_index=False)
+    grid = write_table(session, table, spec, mode="overwrite")
+    assert grid is not None
+    shuffled = pa.Table.from_pandas(pdf.sample(frac=1, random_state=9), preserve_index=False)
+    batches = [keyed(b, grid) for b in shuffled.to_batches(max_chunksize=7)]
+    rows = [r for b in chunk_rows(batches, grid, lambda *_: None) for r in b.to_pylist()]  # type: ignore[arg-type,return-value]
+    chunks = {(r["array"], tuple(r["coord"])) for r in rows}
+    assert len(rows) == len(chunks) == 2 * math.prod(grid.grid_shape)
