@@ -5,10 +5,11 @@
 Rows ``(time, lat, lon, tas, pr)``, two float32 value columns, made by Spark from
 ``spark.range`` (no input file to read), ``local[2]``. Timed, one run each, in this order:
 
-1. Spark writes the rows as Parquet (snappy), the floor for any Spark write of them;
-2. ``write_values`` of the same rows to a new repository (chunks 100 days x 100 x 100);
-3. ``xr.Dataset.from_dataframe(pdf.set_index(dims)).to_zarr(LocalStore)`` of the largest
-   slice pandas holds here (``--xarray-rows``), rows made in this process first (not timed).
+1. ``xr.Dataset.from_dataframe(pdf.set_index(dims)).to_zarr(LocalStore)`` of the largest
+   slice pandas holds here (``--xarray-rows``), rows made in this process first (not timed),
+   before Spark starts;
+2. Spark writes the rows as Parquet (snappy), the floor for any Spark write of them;
+3. ``write_values`` of the same rows to a new repository (chunks 100 days x 100 x 100).
 
 Memory: every process of the tree, sampled while each step runs.
 """
@@ -82,42 +83,37 @@ def main(ntime: int, nlat: int, nlon: int, xarray_rows: int) -> None:
     from icechunk_spark.spark import write_values
 
     root = Path(tempfile.mkdtemp(prefix="bench-values-write-"))
-    spark = local_spark("bench-values-write", 8, driver_memory="1g")
+    rows, memory = [], {}
+    # xarray first, while no JVM runs: its memory column is this process alone.
+    with TreeMemory() as tree:
+        seconds, count = xarray_write(root, xarray_rows, nlat, nlon)
+    memory["xarray from_dataframe + to_zarr"] = tree.peaks
+    rows.append(_row("xarray from_dataframe + to_zarr", count, seconds))
+
+    spark = local_spark("bench-values-write", 8, driver_memory="768m")
     rows_total = ntime * nlat * nlon
     df = tidy_rows(spark, ntime, nlat, nlon)
     url = (root / "repo").as_uri()
     Repository.create(url)
     spark.range(10).write.mode("overwrite").parquet(str(root / "warm.parquet"))  # JVM warm-up
-    rows, memory = [], {}
 
-    def step(name: str, work: Any, count: int) -> None:
+    def step(name: str, work: Any) -> None:
         with TreeMemory() as tree:
             seconds, _ = timed(work)
         memory[name] = tree.peaks
-        rows.append([name, f"{count:,}", f"{seconds:.1f}", f"{count / seconds / 1e6:.2f}"])
+        rows.append(_row(name, rows_total, seconds))
 
-    step("Spark: Parquet", lambda: df.write.parquet(str(root / "rows.parquet")), rows_total)
-    step(
-        "write_values",
-        lambda: write_values(df, url, dims=DIMS, chunks=CHUNKS, mode="overwrite"),
-        rows_total,
-    )
+    step("Spark: Parquet", lambda: df.write.parquet(str(root / "rows.parquet")))
+    step("write_values", lambda: write_values(df, url, dims=DIMS, chunks=CHUNKS, mode="overwrite"))
     spark.stop()
-    with TreeMemory() as tree:
-        seconds, count = xarray_write(root, xarray_rows, nlat, nlon)
-    memory["xarray from_dataframe + to_zarr"] = tree.peaks
-    rows.append(
-        [
-            "xarray from_dataframe + to_zarr",
-            f"{count:,}",
-            f"{seconds:.1f}",
-            f"{count / seconds / 1e6:.2f}",
-        ]
-    )
     ds = xr.open_zarr(Repository.open(url).readonly_session("main").store, consolidated=False)
     print(f"written: {dict(ds.sizes)}, arrays {sorted(ds.data_vars)}")
     print_table("tidy rows -> arrays", ["step", "rows", "s", "M rows/s"], rows)
     print_table("peak memory, MB", ["process", *memory], memory_rows(memory))
+
+
+def _row(name: str, count: int, seconds: float) -> list[str]:
+    return [name, f"{count:,}", f"{seconds:.1f}", f"{count / seconds / 1e6:.2f}"]
 
 
 __all__ = ["main"]

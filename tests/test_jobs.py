@@ -69,7 +69,8 @@ def summary(proc: subprocess.CompletedProcess[str], job: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    "job", ["ingest_datacube.py", "ingest_virtual.py", "append.py", "maintain.py"]
+    "job",
+    ["ingest_datacube.py", "ingest_virtual.py", "append.py", "maintain.py", "write_table.py"],
 )
 def test_every_job_has_help(job):
     proc = subprocess.run(
@@ -102,6 +103,40 @@ def test_datacube_then_append_then_maintain(tmp_path):
     assert [s.id for s in repo.ancestry()] == [kept["snapshot"]]
     final = xr.open_zarr(repo.readonly_session().store, consolidated=False)
     xr.testing.assert_identical(final.air_temperature.load(), after.air_temperature.load())
+
+
+def test_write_table_then_append_along_time(tmp_path):
+    import pandas as pd
+
+    def rows(start: str, days: int) -> pd.DataFrame:
+        index = pd.MultiIndex.from_product(
+            [pd.date_range(start, periods=days, freq="h"), [10.0, 20.0], [1.0, 2.0, 3.0]],
+            names=["time", "lat", "lon"],
+        )
+        return pd.DataFrame({"t2m": np.arange(len(index), dtype="f4")}, index=index)
+
+    first, later = rows("2001-01-01", 5), rows("2001-01-01T05:00", 3)
+    for name, part in (("a", first), ("b", later)):
+        part.reset_index().to_parquet(tmp_path / f"{name}.parquet", coerce_timestamps="us")
+    url = (tmp_path / "obs").as_uri()
+    common = ["--repo", url, "--dims", "time,lat,lon", "--group", "/obs"]
+    submit("write_table.py", *common, "--input", str(tmp_path / "a.parquet"), "--chunks", "time=4")
+    done = summary(
+        submit(
+            "write_table.py",
+            *common,
+            "--input",
+            str(tmp_path / "b.parquet"),
+            "--append-dim",
+            "time",
+        ),
+        "write-table",
+    )
+    repo = Repository.open(url)
+    assert done["snapshot"] == repo.lookup_branch("main")
+    got = xr.open_zarr(repo.readonly_session().store, group="obs", consolidated=False)
+    expected = xr.Dataset.from_dataframe(pd.concat([first, later]))
+    xr.testing.assert_equal(got.load(), expected)
 
 
 def _sample(folder: Path, days: int, first: int = 0) -> None:
