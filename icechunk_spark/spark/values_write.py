@@ -34,11 +34,19 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from ..errors import InvalidInputError
 from ..format.paths import normalize_path
 from ..format.structure import parse_array_meta
-from ..values.assemble import CHUNK_COLUMN, CHUNK_ROWS, OFFSET_COLUMN, chunk_rows, labels_of
+from ..values.assemble import (
+    CHUNK_COLUMN,
+    CHUNK_ROWS,
+    OFFSET_COLUMN,
+    labels_of,
+    packed,
+    packed_chunk_rows,
+)
 from ..values.grid import Grid, TidySpec
 from ..values.labels import Labels
 from ..values.tidy_write import Mode, existing_reader, plan_grid, value_dtypes, with_holes
@@ -185,12 +193,24 @@ def _with_grid(plan: WritePlan, grid: Grid, existing: set[str]) -> WritePlan:
 def _stage(df: DataFrame, plan: WritePlan, grid: Grid) -> StagedWrite:
     """Executors assemble and stage the value chunks; the coordinate chunks are staged here.
 
-    Each row's chunk and offset are computed in the JVM (a broadcast join per dimension
-    with its label -> index table), so the rows cross to Python once, in the shuffle's
-    output: whole chunks per task, about one chunk a task (at most ``MAX_TASKS`` tasks).
+    Each row's chunk and offset are computed in the JVM (arithmetic, or a broadcast join per
+    dimension with its label -> index table); rows cross to Python once, to be packed a row
+    per (batch, chunk), and Spark shuffles the packed rows into whole chunks per task, about
+    one chunk a task (at most ``MAX_TASKS`` tasks).
     """
     parts = max(1, min(math.prod(grid.grid_shape), MAX_TASKS))
-    ordered = _keyed(df, grid).repartition(parts, CHUNK_COLUMN)
+
+    def pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return packed(batches, grid)
+
+    schema = StructType(
+        [
+            StructField(CHUNK_COLUMN, LongType()),
+            StructField(OFFSET_COLUMN, BinaryType()),
+            *[StructField(v.name, BinaryType()) for v in grid.variables],
+        ]
+    )
+    ordered = _keyed(df, grid).mapInArrow(pack, schema).repartition(parts, CHUNK_COLUMN)
     values = stage(ordered, plan, _assembler(plan, grid))
     coordinates = _stage_coordinates(plan, grid)
     return StagedWrite(
@@ -224,7 +244,8 @@ def _with_index(rows: DataFrame, labels: Labels, index: str) -> tuple[DataFrame,
             position = micros / (int(step) / 1000)  # step in ns
         else:
             position = (column - float(first)) / float(step)
-        return rows.withColumn(index, F.round(position).cast("long")), index
+        # floor(x + 0.5), not round(): Spark rounds doubles through BigDecimal (slow)
+        return rows.withColumn(index, F.floor(position + 0.5)), index
     table = rows.sparkSession.createDataFrame(_index_table(labels, index))
     dim_type = rows.schema[labels.dim].dataType
     joined = rows.join(
@@ -274,7 +295,7 @@ def _assembler(
     opened: dict[str, Any] = {}
 
     def assemble(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return chunk_rows(batches, grid, read_existing)
+        return packed_chunk_rows(batches, grid, read_existing)
 
     return assemble
 

@@ -102,15 +102,18 @@ class ChunkAssembler:
         Raises:
             DuplicateLabelsError: two rows give one element (in this batch, or before).
         """
-        if batch.num_rows == 0:
-            return
-        chunks = np.asarray(batch.column(CHUNK_COLUMN).to_numpy())
-        offsets = np.asarray(batch.column(OFFSET_COLUMN).to_numpy())
-        values = [_values(batch.column(v.name), v) for v in self.grid.variables]
-        order = np.argsort(chunks, kind="stable")
-        ids, starts = np.unique(chunks[order], return_index=True)
-        for chunk, rows in zip(ids, np.split(order, starts[1:]), strict=True):
-            self._place(int(chunk), offsets[rows], [v[rows] for v in values])
+        for chunk, offsets, values in _by_chunk(batch, self.grid):
+            self._place(chunk, offsets, values)
+
+    def add_packed(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Place one batch of packed rows (see :func:`packed`)."""
+        columns = batch.to_pydict()
+        for row, chunk in enumerate(columns[CHUNK_COLUMN]):
+            offsets = np.frombuffer(columns[OFFSET_COLUMN][row], dtype=np.int64)
+            values = [
+                np.frombuffer(columns[v.name][row], dtype=v.dtype) for v in self.grid.variables
+            ]
+            self._place(int(chunk), offsets, values)
 
     def _place(self, chunk: int, offsets: np.ndarray, values: list[np.ndarray]) -> None:
         block = self._blocks.get(chunk)
@@ -154,6 +157,51 @@ class ChunkAssembler:
         )
 
 
+PACKED_TYPE = pa.binary()
+
+
+def packed(batches: Iterable[pa.RecordBatch], grid: Grid) -> Iterator[pa.RecordBatch]:
+    """Keyed rows packed by chunk: per batch, one row per chunk it touches, holding that
+    chunk's offsets and values as raw bytes. Spark then shuffles a few rows per batch instead
+    of every element (rows go to Python once either way, to be packed)."""
+    for batch in batches:
+        parts = list(_by_chunk(batch, grid))
+        if not parts:
+            continue
+        columns = {
+            CHUNK_COLUMN: pa.array([c for c, _, _ in parts], pa.int64()),
+            OFFSET_COLUMN: pa.array([o.tobytes() for _, o, _ in parts], PACKED_TYPE),
+        }
+        for i, variable in enumerate(grid.variables):
+            columns[variable.name] = pa.array([v[i].tobytes() for _, _, v in parts], PACKED_TYPE)
+        yield pa.RecordBatch.from_pydict(columns)
+
+
+def _by_chunk(
+    batch: pa.RecordBatch | pa.Table, grid: Grid
+) -> Iterator[tuple[int, np.ndarray, list[np.ndarray]]]:
+    """(chunk, offsets, values per array) of each chunk a batch of keyed rows touches."""
+    if batch.num_rows == 0:
+        return
+    chunks = np.asarray(batch.column(CHUNK_COLUMN).to_numpy())
+    offsets = np.asarray(batch.column(OFFSET_COLUMN).to_numpy()).astype(np.int64, copy=False)
+    values = [_values(batch.column(v.name), v) for v in grid.variables]
+    order = np.argsort(chunks, kind="stable")
+    ids, starts = np.unique(chunks[order], return_index=True)
+    for chunk, rows in zip(ids, np.split(order, starts[1:]), strict=True):
+        yield int(chunk), offsets[rows], [v[rows] for v in values]
+
+
+def packed_chunk_rows(
+    batches: Iterable[pa.RecordBatch], grid: Grid, read_existing: ReadExisting
+) -> Iterator[pa.RecordBatch]:
+    """The chunk rows (array, coord, raw data) of all the packed rows of ``batches``."""
+    assembler = ChunkAssembler(grid, read_existing)
+    for batch in batches:
+        assembler.add_packed(batch)
+    yield from assembler.finish()
+
+
 def chunk_rows(
     batches: Iterable[pa.RecordBatch], grid: Grid, read_existing: ReadExisting
 ) -> Iterator[pa.RecordBatch]:
@@ -189,7 +237,7 @@ def _values(column: pa.ChunkedArray, variable: Variable) -> np.ndarray:
     """A value column as the block's dtype; a null is a hole, as a missing row is."""
     if column.null_count and variable.dtype.kind in "iub":
         column = pc.fill_null(column, variable.hole)
-    values = column.to_numpy()
+    values = column.to_numpy(zero_copy_only=False)
     return np.asarray(values, dtype=variable.dtype)
 
 
@@ -205,6 +253,7 @@ __all__ = [
     "CHUNK_COLUMN",
     "CHUNK_ROWS",
     "OFFSET_COLUMN",
+    "PACKED_TYPE",
     "ChunkAssembler",
     "DuplicateLabelsError",
     "ReadExisting",
@@ -212,4 +261,6 @@ __all__ = [
     "keyed",
     "label_columns",
     "labels_of",
+    "packed",
+    "packed_chunk_rows",
 ]

@@ -15,7 +15,13 @@ import zarr
 
 from icechunk_spark import Repository
 from icechunk_spark.errors import InvalidInputError
-from icechunk_spark.values.assemble import DuplicateLabelsError, chunk_rows, keyed
+from icechunk_spark.values.assemble import (
+    DuplicateLabelsError,
+    chunk_rows,
+    keyed,
+    packed,
+    packed_chunk_rows,
+)
 from icechunk_spark.values.grid import TidySpec
 from icechunk_spark.values.tidy_write import write_table
 
@@ -148,3 +154,19 @@ def test_rows_of_one_chunk_in_any_order_and_batch_make_one_chunk(repo: Repositor
     rows = [r for b in chunk_rows(batches, grid, lambda *_: None) for r in b.to_pylist()]  # type: ignore[arg-type,return-value]
     chunks = {(r["array"], tuple(r["coord"])) for r in rows}
     assert len(rows) == len(chunks) == 2 * math.prod(grid.grid_shape)
+    # Packed a row per (batch, chunk), as Spark shuffles them: the same chunks, byte for byte.
+    packed_rows = packed_chunk_rows(packed(batches, grid), grid, lambda *_: None)  # type: ignore[arg-type,return-value]
+    assert [r for b in packed_rows for r in b.to_pylist()] == rows
+
+
+def test_null_values_are_holes(repo: Repository) -> None:
+    pdf = tidy(4)
+    pdf["tas"] = pdf["tas"].where(pdf.lon != 2.0)  # NaN here, null in Arrow
+    table = pa.Table.from_pandas(pdf, preserve_index=False)
+    table = table.set_column(3, "tas", pa.array(pdf["tas"], pa.float32(), from_pandas=True))
+    assert table.column("tas").null_count
+    session = repo.writable_session("main")
+    write_table(session, table, TidySpec(DIMS, {"time": 3}, group="/g"), mode="overwrite")
+    session.commit("nulls")
+    got = xr.open_zarr(repo.readonly_session("main").store, group="g", consolidated=False).load()
+    xr.testing.assert_identical(got, xarray_writes(pdf))
