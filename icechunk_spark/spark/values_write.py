@@ -94,8 +94,9 @@ def write_values(
     along ``append_dim`` go after the existing ones, rows at labels the dataset has update
     those elements (along ``append_dim`` only with ``placement="update"``). ``encoding``:
     per array or coordinate, xarray's keys (``dtype``, ``_FillValue``, ``missing_value``,
-    ``scale_factor``, ``add_offset``, ``units``, ``calendar``). ``once``: marks naming the
-    commit (a replay of a write that landed commits nothing; streams pass theirs).
+    ``scale_factor``, ``add_offset``, ``units``, ``calendar``, ``compressors`` as zarr codec
+    specs). ``once``: marks naming the commit (a replay of a write that landed commits
+    nothing; streams pass theirs).
 
     Raises:
         InvalidInputError: a missing dimension column, a value column that is not numeric, a
@@ -281,8 +282,8 @@ def _index_table(labels: Labels, index: str) -> pa.Table:
 def _assembler(
     plan: WritePlan, grid: Grid
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A task's chunk rows from its sorted tidy rows; the snapshot the grid was planned on
-    is opened only when a chunk must keep values it holds."""
+    """A task's chunk rows from its packed rows; the snapshot the grid was planned on is
+    opened only when a chunk must keep values it holds."""
 
     def read_existing(name: str, box: tuple[slice, ...]) -> np.ndarray:
         if "read" not in opened:
@@ -313,10 +314,14 @@ def _stage_coordinates(plan: WritePlan, grid: Grid) -> StagedWrite:
     return StagedWrite.of([result])
 
 
-def values_batches(url: str, **options: Any) -> Callable[[DataFrame, int], None]:
+def values_batches(
+    url: str, *, query_id: str | None = None, **options: Any
+) -> Callable[[DataFrame, int], None]:
     """A ``foreachBatch`` function appending each micro-batch with :func:`write_values`,
     exactly once: the commit is marked with the query's id (kept in its checkpoint) and the
-    batch id, so a batch replayed after its commit landed commits nothing.
+    batch id, so a batch replayed after its commit landed commits nothing. ``query_id``: a
+    name that stays the same across the query's restarts, where Spark's own id cannot be
+    read (a Spark Connect client); by default the id Spark keeps in the checkpoint.
 
     >>> (rows.writeStream.foreachBatch(values_batches(url, dims="time,lat,lon",
     ...     append_dim="time")).option("checkpointLocation", ckpt).start())  # doctest: +SKIP
@@ -325,13 +330,25 @@ def values_batches(url: str, **options: Any) -> Callable[[DataFrame, int], None]
         raise InvalidInputError("values_batches sets once and mode itself (it appends)")
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
-        query_id = batch.sparkSession.sparkContext.getLocalProperty(_QUERY_ID_PROPERTY)
-        if not query_id:
-            raise InvalidInputError("values_batches runs inside writeStream.foreachBatch only")
-        once = {STREAM_QUERY_KEY: query_id, STREAM_BATCH_KEY: int(batch_id)}
+        query = query_id or _stream_query_id(batch)
+        once = {STREAM_QUERY_KEY: query, STREAM_BATCH_KEY: int(batch_id)}
         write_values(batch, url, mode="append", once=once, **options)
 
     return write_batch
+
+
+def _stream_query_id(batch: DataFrame) -> str:
+    """The running query's id, which Spark sets on the thread calling foreachBatch."""
+    try:
+        query_id = batch.sparkSession.sparkContext.getLocalProperty(_QUERY_ID_PROPERTY)
+    except Exception:  # a Spark Connect session has no SparkContext
+        query_id = None
+    if not query_id:
+        raise InvalidInputError(
+            "values_batches runs inside writeStream.foreachBatch only; where Spark's query id "
+            "cannot be read (Spark Connect), pass query_id= a name stable across restarts"
+        )
+    return str(query_id)
 
 
 __all__ = ["values_batches", "write_values"]

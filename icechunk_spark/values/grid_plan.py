@@ -36,7 +36,9 @@ from .grid import (
 )
 from .labels import Labels
 
-_ALLOWED_ENCODING = (*ENCODING_KEYS, *TIME_KEYS)
+# How values are stored, plus the codecs: zarr v3 compressor specs (``{"name": "zstd",
+# "configuration": {...}}``), which xarray hands to zarr as they are.
+_ALLOWED_ENCODING = (*ENCODING_KEYS, *TIME_KEYS, "compressors")
 
 
 def plan_new_grid(

@@ -3,6 +3,7 @@ along ``append_dim``, partly covered chunks merged, conflicts kept, streams exac
 
 from __future__ import annotations
 
+import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,8 @@ def tidy(days: pd.DatetimeIndex, seed: int = 0, drop: float = 0.0) -> pd.DataFra
 
 
 def as_xarray_writes(pdf: pd.DataFrame) -> xr.Dataset:
-    """What xarray's own path gives: from_dataframe, to_zarr in a LocalStore-like memory
-    store, opened again."""
-    store = zarr.storage.MemoryStore()
+    """What xarray's own path gives: from_dataframe, to_zarr in a LocalStore, opened again."""
+    store = zarr.storage.LocalStore(tempfile.mkdtemp(prefix="xarray-writes-"))
     xr.Dataset.from_dataframe(pdf.set_index(DIMS)).to_zarr(store, zarr_format=3, consolidated=False)
     return xr.open_zarr(store, consolidated=False).load()
 
@@ -262,6 +262,15 @@ def feed(pdf: pd.DataFrame, path: Path) -> None:
 
 
 def test_the_stream_helper_runs_only_in_foreach_batch(spark: Any, tmp_path: Path) -> None:
-    write = values_batches(new_repo(tmp_path), dims=DIMS)
+    url = new_repo(tmp_path)
+    rows = spark.createDataFrame(tidy(pd.date_range("2001-01-01", periods=2)))
     with pytest.raises(InvalidInputError, match="foreachBatch"):
-        write(spark.createDataFrame(tidy(pd.date_range("2001-01-01", periods=1))), 0)
+        values_batches(url, dims=DIMS)(rows, 0)
+    # A query id given (a Connect client's): batch 0 lands once, however often it is run.
+    write = values_batches(url, query_id="feed", dims=DIMS, group="/g", append_dim="time")
+    write(rows, 0)
+    landed = Repository.open(url).lookup_branch("main")
+    write(rows, 0)
+    assert Repository.open(url).lookup_branch("main") == landed
+    with pytest.raises(InvalidInputError, match="already"):
+        write(rows, 1)  # another batch of the same days: refused, not appended twice

@@ -3,6 +3,7 @@ appends along a dimension, partly covered chunks merged, and bad rows refused.""
 
 from __future__ import annotations
 
+import json
 import math
 import uuid
 
@@ -108,6 +109,15 @@ def test_packed_encoding_and_time_units_as_xarray(repo: Repository) -> None:
     got = written(repo, pdf, encoding=encoding)
     xr.testing.assert_identical(got, xarray_writes(pdf, encoding))
     assert got.tas.encoding["dtype"] == np.int16
+
+
+def test_compressors_are_zarr_codec_specs(repo: Repository) -> None:
+    pdf = tidy(3)[[*DIMS, "tas"]]
+    zstd = {"name": "zstd", "configuration": {"level": 9, "checksum": True}}
+    got = written(repo, pdf, encoding={"tas": {"compressors": [zstd]}})
+    xr.testing.assert_identical(got, xarray_writes(pdf))
+    doc = repo.readonly_session("main").get_node("/g/tas").zarr_json
+    assert zstd in json.loads(doc)["codecs"]
 
 
 @pytest.mark.parametrize(
