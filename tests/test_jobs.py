@@ -105,38 +105,37 @@ def test_datacube_then_append_then_maintain(tmp_path):
     xr.testing.assert_identical(final.air_temperature.load(), after.air_temperature.load())
 
 
-def test_write_table_then_append_along_time(tmp_path):
+def test_write_table_appends_a_parquet_table_along_time(tmp_path):
     import pandas as pd
+    import pyarrow as pa
 
-    def rows(start: str, days: int) -> pd.DataFrame:
+    from icechunk_spark.values import TidySpec, write_table
+
+    def rows(start: str, hours: int) -> pd.DataFrame:
         index = pd.MultiIndex.from_product(
-            [pd.date_range(start, periods=days, freq="h"), [10.0, 20.0], [1.0, 2.0, 3.0]],
+            [pd.date_range(start, periods=hours, freq="h"), [10.0, 20.0], [1.0, 2.0, 3.0]],
             names=["time", "lat", "lon"],
         )
         return pd.DataFrame({"t2m": np.arange(len(index), dtype="f4")}, index=index)
 
+    # The first hours through the Python API (one spark-submit is enough for the test's time).
     first, later = rows("2001-01-01", 5), rows("2001-01-01T05:00", 3)
-    for name, part in (("a", first), ("b", later)):
-        part.reset_index().to_parquet(tmp_path / f"{name}.parquet", coerce_timestamps="us")
     url = (tmp_path / "obs").as_uri()
-    common = ["--repo", url, "--dims", "time,lat,lon", "--group", "/obs"]
-    submit("write_table.py", *common, "--input", str(tmp_path / "a.parquet"), "--chunks", "time=4")
+    repo = Repository.create(url)
+    session = repo.writable_session("main")
+    table = pa.Table.from_pandas(first.reset_index(), preserve_index=False)
+    write_table(session, table, TidySpec(("time", "lat", "lon"), {"time": 4}, group="/obs"))
+    session.commit("first hours")
+    later.reset_index().to_parquet(tmp_path / "later.parquet", coerce_timestamps="us")
+    args = ["--repo", url, "--dims", "time,lat,lon", "--group", "/obs", "--append-dim", "time"]
     done = summary(
-        submit(
-            "write_table.py",
-            *common,
-            "--input",
-            str(tmp_path / "b.parquet"),
-            "--append-dim",
-            "time",
-        ),
+        submit("write_table.py", *args, "--input", str(tmp_path / "later.parquet")),
         "write-table",
     )
     repo = Repository.open(url)
     assert done["snapshot"] == repo.lookup_branch("main")
     got = xr.open_zarr(repo.readonly_session().store, group="obs", consolidated=False)
-    expected = xr.Dataset.from_dataframe(pd.concat([first, later]))
-    xr.testing.assert_equal(got.load(), expected)
+    xr.testing.assert_equal(got.load(), xr.Dataset.from_dataframe(pd.concat([first, later])))
 
 
 def _sample(folder: Path, days: int, first: int = 0) -> None:
