@@ -285,18 +285,21 @@ def _assembler(
     """A task's chunk rows from its packed rows; the snapshot the grid was planned on is
     opened only when a chunk must keep values it holds."""
 
-    def read_existing(name: str, box: tuple[slice, ...]) -> np.ndarray:
-        if "read" not in opened:
-            repo = plan.repo.open()
-            opened["read"] = existing_reader(
-                repo.readonly_session(snapshot_id=plan.base_snapshot), grid.spec.group
-            )
-        return np.asarray(opened["read"](name, box))
-
-    opened: dict[str, Any] = {}
-
     def assemble(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return packed_chunk_rows(batches, grid, read_existing)
+        opened: dict[str, Any] = {}
+
+        def read_existing(name: str, box: tuple[slice, ...]) -> np.ndarray:
+            if "read" not in opened:
+                opened["repo"] = repo = plan.repo.open()
+                session = repo.readonly_session(snapshot_id=plan.base_snapshot)
+                opened["read"] = existing_reader(session, grid.spec.group)
+            return np.asarray(opened["read"](name, box))
+
+        try:
+            yield from packed_chunk_rows(batches, grid, read_existing)
+        finally:  # Python workers are reused: the task's repository is closed with it
+            if "repo" in opened:
+                opened["repo"].close()
 
     return assemble
 
