@@ -43,9 +43,9 @@ from ..values.assemble import (
     CHUNK_COLUMN,
     CHUNK_ROWS,
     OFFSET_COLUMN,
+    chunk_rows,
     labels_of,
     packed,
-    packed_chunk_rows,
 )
 from ..values.grid import Grid, TidySpec
 from ..values.labels import Labels
@@ -296,7 +296,7 @@ def _assembler(
             return np.asarray(opened["read"](name, box))
 
         try:
-            yield from packed_chunk_rows(batches, grid, read_existing)
+            yield from chunk_rows(batches, grid, read_existing, packed_rows=True)
         finally:  # Python workers are reused: the task's repository is closed with it
             if "repo" in opened:
                 opened["repo"].close()

@@ -192,23 +192,19 @@ def _by_chunk(
         yield int(chunk), offsets[rows], [v[rows] for v in values]
 
 
-def packed_chunk_rows(
-    batches: Iterable[pa.RecordBatch], grid: Grid, read_existing: ReadExisting
-) -> Iterator[pa.RecordBatch]:
-    """The chunk rows (array, coord, raw data) of all the packed rows of ``batches``."""
-    assembler = ChunkAssembler(grid, read_existing)
-    for batch in batches:
-        assembler.add_packed(batch)
-    yield from assembler.finish()
-
-
 def chunk_rows(
-    batches: Iterable[pa.RecordBatch], grid: Grid, read_existing: ReadExisting
+    batches: Iterable[pa.RecordBatch],
+    grid: Grid,
+    read_existing: ReadExisting,
+    *,
+    packed_rows: bool = False,
 ) -> Iterator[pa.RecordBatch]:
-    """The chunk rows (array, coord, raw data) of all the keyed rows of ``batches``."""
+    """The chunk rows (array, coord, raw data) of all the rows of ``batches``: keyed rows
+    (:func:`keyed`), or packed ones (:func:`packed`) with ``packed_rows``."""
     assembler = ChunkAssembler(grid, read_existing)
+    add = assembler.add_packed if packed_rows else assembler.add
     for batch in batches:
-        assembler.add(batch)
+        add(batch)
     yield from assembler.finish()
 
 
@@ -262,5 +258,4 @@ __all__ = [
     "label_columns",
     "labels_of",
     "packed",
-    "packed_chunk_rows",
 ]

@@ -21,7 +21,6 @@ from icechunk_spark.values.assemble import (
     chunk_rows,
     keyed,
     packed,
-    packed_chunk_rows,
 )
 from icechunk_spark.values.grid import TidySpec
 from icechunk_spark.values.tidy_write import write_table
@@ -165,7 +164,7 @@ def test_rows_of_one_chunk_in_any_order_and_batch_make_one_chunk(repo: Repositor
     chunks = {(r["array"], tuple(r["coord"])) for r in rows}
     assert len(rows) == len(chunks) == 2 * math.prod(grid.grid_shape)
     # Packed a row per (batch, chunk), as Spark shuffles them: the same chunks, byte for byte.
-    packed_rows = packed_chunk_rows(packed(batches, grid), grid, lambda *_: None)  # type: ignore[arg-type,return-value]
+    packed_rows = chunk_rows(packed(batches, grid), grid, lambda *_: None, packed_rows=True)  # type: ignore[arg-type,return-value]
     assert [r for b in packed_rows for r in b.to_pylist()] == rows
 
 
