@@ -2,7 +2,7 @@
 
 A ``RepoHandle`` holds one open repository's storage, its config (the stored one under this
 handle's overrides), the I/O threads, the manifest and snapshot-view caches and the virtual
-reader. It has no public verbs: ``Repository`` (icechunk_spark/repository.py) is the face
+reader. It has no public verbs: ``Repository`` (icechunk_spark/repository/) is the face
 users call, and owns one handle. The engine (``Session``, ``Commit``, forks, ``ops/``, the zarr
 store) takes the handle, so nothing below the face ever names ``Repository``.
 """

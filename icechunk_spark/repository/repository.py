@@ -1,36 +1,35 @@
-"""Repositories: open or create one, start sessions, manage branches, tags and history."""
+"""Opening a repository, its config, its sessions and its manifests; the other verbs come from
+``refs.py`` and ``history.py``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from .core import (
+from ..core import (
     DEFAULT_BRANCH,
     Authorization,
     ManifestInfo,
     RepoHandle,
     RepositoryConfig,
     Session,
-    branches,
-    check_ref_name,
     manifest_infos,
     read_latest_state,
     snapshot_as_of,
     update_state,
-    walk,
 )
-from .errors import AlreadyExistsError, NotFoundError
-from .format.keys import MANIFESTS_PREFIX, object_id
-from .format.state import SnapshotInfo, State
-from .ops import gc, history
-from .progress import Progress, track
-from .splitting import ManifestConfig, parse_config
-from .storage import Storage, open_storage
+from ..errors import AlreadyExistsError, NotFoundError
+from ..format.keys import MANIFESTS_PREFIX, object_id
+from ..format.state import State
+from ..progress import Progress, track
+from ..splitting import ManifestConfig, parse_config
+from ..storage import Storage, open_storage
+from .history import HistoryVerbs
+from .refs import RefVerbs
 
 
-class Repository:
+class Repository(RefVerbs, HistoryVerbs):
     """A versioned Zarr hierarchy in one storage location.
 
     >>> repo = Repository.create("memory://demo")            # doctest: +SKIP
@@ -42,17 +41,6 @@ class Repository:
         self._handle = handle
 
     # -- what the handle holds (read-only) ---------------------------------------------------
-    @property
-    def handle(self) -> RepoHandle:
-        """The engine's view of this repository (core/handle.py): sessions, commits and the
-        maintenance verbs work with it."""
-        return self._handle
-
-    @property
-    def storage(self) -> Storage:
-        """Where the repository's objects live."""
-        return self._handle.storage
-
     @property
     def config(self) -> RepositoryConfig:
         """The stored config under this handle's overrides."""
@@ -141,11 +129,7 @@ class Repository:
         except NotFoundError:
             return False
 
-    # -- state ----------------------------------------------------------------------------
-    def state(self) -> State:
-        """The latest committed state (read fresh every call)."""
-        return self._handle.state()
-
+    # -- config ---------------------------------------------------------------------------
     def set_config(self, config: RepositoryConfig | Mapping[str, Any]) -> RepositoryConfig:
         """Validate and store a new repository config (keys not given keep their value).
 
@@ -268,129 +252,6 @@ class Repository:
         for _ in track(progress, "reading manifests", fetched, len(ids)):
             pass
         return session.commit(message, {"rewrite_manifests": True}, progress=progress)
-
-    # -- branches and tags ----------------------------------------------------------------
-    def list_branches(self) -> dict[str, str]:
-        """``{branch name: tip snapshot id}``."""
-        return self.state().branches()
-
-    def lookup_branch(self, name: str) -> str:
-        """The tip of a branch. Raises ``NotFoundError``."""
-        return self.state().branch(name).snapshot_id
-
-    def create_branch(self, name: str, snapshot_id: str) -> None:
-        """Create branch ``name`` at ``snapshot_id``.
-
-        Raises:
-            AlreadyExistsError: a branch or tag of that name exists.
-            NotFoundError: no such snapshot.
-            InvalidInputError: the name is not allowed.
-        """
-        check_ref_name(name)
-        self._change_state(branches.with_new_branch, name, snapshot_id)
-
-    def reset_branch(self, name: str, snapshot_id: str) -> None:
-        """Point ``name`` at ``snapshot_id`` (any snapshot, not just an ancestor).
-
-        Raises:
-            NotFoundError: no such branch or snapshot.
-        """
-        self._change_state(branches.with_branch_reset, name, snapshot_id)
-
-    def delete_branch(self, name: str) -> None:
-        """Delete branch ``name`` (its snapshots stay until expired).
-
-        Raises:
-            NotFoundError: no such branch.
-            InvalidInputError: ``name`` is the default branch.
-        """
-        self._change_state(branches.without_branch, name)
-
-    def list_tags(self) -> dict[str, str]:
-        """``{tag name: snapshot id}``."""
-        return self.state().tags()
-
-    def lookup_tag(self, name: str) -> str:
-        """The snapshot a tag points at. Raises ``NotFoundError``."""
-        return self.state().tag(name).snapshot_id
-
-    def create_tag(self, name: str, snapshot_id: str) -> None:
-        """Tag ``snapshot_id`` as ``name``; tags are immutable.
-
-        Raises:
-            AlreadyExistsError: a branch or tag of that name exists.
-            NotFoundError: no such snapshot.
-            InvalidInputError: the name is not allowed.
-        """
-        check_ref_name(name)
-        self._change_state(branches.with_new_tag, name, snapshot_id)
-
-    def delete_tag(self, name: str) -> None:
-        """Delete tag ``name``. Raises ``NotFoundError``."""
-        self._change_state(branches.without_tag, name)
-
-    def _change_state(self, change: Callable[..., State], *args: str) -> None:
-        update_state(self.storage, lambda state: change(state, *args))
-
-    # -- history --------------------------------------------------------------------------
-    def lookup_snapshot(self, snapshot_id: str) -> SnapshotInfo:
-        """The listed snapshot ``snapshot_id``. Raises ``NotFoundError`` (also once expired)."""
-        return self.state().snapshot(snapshot_id)
-
-    def ancestry(
-        self, *, branch: str | None = None, tag: str | None = None, snapshot_id: str | None = None
-    ) -> Iterator[SnapshotInfo]:
-        """Snapshots from the given one back to the first, newest first."""
-        state = self.state()
-        yield from walk(state, state.resolve(branch, tag, snapshot_id, DEFAULT_BRANCH))
-
-    def diff(
-        self,
-        *,
-        from_snapshot_id: str | None = None,
-        to_snapshot_id: str | None = None,
-        from_branch: str | None = None,
-        to_branch: str | None = None,
-        from_tag: str | None = None,
-        to_tag: str | None = None,
-    ) -> history.Diff:
-        """Nodes added, deleted and updated, and chunks changed per array, between two snapshots."""
-        return history.diff(
-            self._handle,
-            from_snapshot_id=from_snapshot_id,
-            to_snapshot_id=to_snapshot_id,
-            from_branch=from_branch,
-            to_branch=to_branch,
-            from_tag=from_tag,
-            to_tag=to_tag,
-        )
-
-    def expire_snapshots(
-        self,
-        older_than: datetime,
-        *,
-        delete_expired_branches: bool = False,
-        delete_expired_tags: bool = False,
-    ) -> frozenset[str]:
-        """Stop listing snapshots older than ``older_than`` (branch and tag tips stay)."""
-        return history.expire_snapshots(
-            self._handle,
-            older_than,
-            delete_expired_branches=delete_expired_branches,
-            delete_expired_tags=delete_expired_tags,
-        )
-
-    def garbage_collect(
-        self,
-        delete_object_older_than: datetime,
-        *,
-        dry_run: bool = False,
-        progress: Progress | None = None,
-    ) -> gc.GCSummary:
-        """Delete objects no listed snapshot reaches and older than the cut-off."""
-        return gc.garbage_collect(
-            self._handle, delete_object_older_than, dry_run=dry_run, progress=progress
-        )
 
     def close(self) -> None:
         """Wait for writes in flight and release the I/O threads."""
