@@ -20,7 +20,8 @@
     ├── SourceChangedError       a virtual ref's target changed since the ref was written
     ├── ReadOnlyError            a write on a read-only session or store
     │   ├── ReadOnlyStoreError   the same through the zarr store (also zarr's ValueError)
-    │   └── ReadOnlyStorageError a write to storage that only reads (plain HTTP)
+    │   ├── ReadOnlyStorageError a write to storage that only reads (plain HTTP)
+    │   └── RepositoryReadOnlyError  the repository's status is read-only (says why, since when)
     ├── RetriesExhaustedError    gave up after many lost races on a busy branch (retry later)
     ├── StorageError(OSError)    the storage backend failed (after retries)
     │   ├── StorageCredentialsError  no credentials, wrong ones, or access denied
@@ -68,6 +69,22 @@ class ReadOnlyError(IcechunkSparkError):
 
 class ReadOnlyStorageError(ReadOnlyError):
     """A write to storage that can only be read (a repository served over plain HTTP)."""
+
+
+class RepositoryReadOnlyError(ReadOnlyError):
+    """The repository's status is read-only (``repo.set_status``): no writer may change it.
+
+    Raised before anything is published, so nothing changed; ``reason`` is the one given when
+    the status was set.
+    """
+
+    def __init__(self, url: str, reason: str, since: str) -> None:
+        self.reason = reason
+        super().__init__(
+            f"the repository at {url} is read-only since {since}: {reason}; nothing was "
+            "changed. Once it may be written again: repo.set_status('online') or "
+            f"`icechunk-spark status {url} --set online`"
+        )
 
 
 class StorageError(IcechunkSparkError, OSError):

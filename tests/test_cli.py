@@ -105,6 +105,23 @@ def test_expire_and_gc(repo_url):
     assert Repository.open(repo_url).readonly_session().get_chunk("/grp/temp", (1, 1)) == b"\1" * 24
 
 
+def test_status_read_only_refuses_writers_until_set_back(repo_url):
+    assert run_json("status", repo_url)["availability"] == "online"
+    set_ro = run("status", repo_url, "--set", "read-only", "--reason", "moving to S3").stdout
+    assert set_ro.startswith("read-only since ") and "moving to S3" in set_ro
+    refused = run("tag", repo_url, "create", "v1", "main", ok=False)
+    assert refused.returncode == 1 and "read-only since" in refused.stderr
+    assert "moving to S3" in refused.stderr and refused.stderr.count("\n") == 1
+    no_reason = run("status", repo_url, "--set", "read-only", ok=False)
+    assert no_reason.returncode == 1 and "needs a reason" in no_reason.stderr
+    assert run_json("status", repo_url, "--set", "online") == {
+        "availability": "online",
+        "reason": "",
+        "since": run_json("status", repo_url)["since"],
+    }
+    run("tag", repo_url, "create", "v1", "main")
+
+
 def test_errors_are_one_line_with_a_nonzero_exit(tmp_path, repo_url):
     missing = run("log", (tmp_path / "nothing").as_uri(), ok=False)
     assert missing.returncode == 1

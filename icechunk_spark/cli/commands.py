@@ -226,6 +226,17 @@ def cmd_config(args: argparse.Namespace) -> dict[str, Any]:
     return {"text": text, "json": config}
 
 
+def cmd_status(args: argparse.Namespace) -> dict[str, Any]:
+    repo = open_repo(args)
+    status = repo.set_status(args.availability, args.reason) if args.availability else repo.status()
+    since = status.set_at.isoformat() if status.set_at else None
+    text = status.availability + (f" since {since}: {status.reason}" if status.reason else "")
+    return {
+        "text": text,
+        "json": {"availability": status.availability, "reason": status.reason, "since": since},
+    }
+
+
 def cmd_expire(args: argparse.Namespace) -> dict[str, Any]:
     repo = open_repo(args)
     expired = repo.expire_snapshots(

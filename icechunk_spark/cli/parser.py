@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("config", c.cmd_config, "show, validate or set the manifest config")
     p.add_argument("action", choices=["show", "validate", "set"])
     p.add_argument("file", nargs="?")
+    p = add("status", c.cmd_status, "show the repository's status, or set it (read-only, online)")
+    p.add_argument("--set", dest="availability", choices=["online", "read-only"])
+    p.add_argument("--reason", default="", help="why it is read-only: writers refuse with it")
     for name, handler, help_text in (
         ("expire", c.cmd_expire, "expire old snapshots"),
         ("gc", c.cmd_gc, "delete unreachable objects"),

@@ -20,7 +20,14 @@ from .conflicts import ConflictPolicy
 from .containers import Authorization, normalize_prefix, resolve_target, resolve_url
 from .forks import ForkSession
 from .handle import RepoHandle
-from .refs import initial_state, publish_state, read_hint, read_latest_state, update_state
+from .refs import (
+    ensure_writable,
+    initial_state,
+    publish_state,
+    read_hint,
+    read_latest_state,
+    update_state,
+)
 from .requirements import AssertNotCommitted, landed_once
 from .session import Session
 from .snapshot import ChunkRef, ManifestCache, ManifestInfo, SnapshotView, manifest_infos
@@ -53,6 +60,7 @@ __all__ = [
     "VirtualReader",
     "VirtualRequest",
     "check_ref_name",
+    "ensure_writable",
     "file_checksum",
     "initial_state",
     "landed_once",

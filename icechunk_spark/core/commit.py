@@ -55,7 +55,7 @@ from .config import RepositoryConfig
 from .conflicts import ConflictPolicy, OnConflict, Theirs, find_conflicts, resolve
 from .flush import BuiltSnapshot, build_snapshot
 from .overlay import current_nodes
-from .refs import publish_state, read_latest_state
+from .refs import ensure_writable, publish_state, read_latest_state
 from .requirements import AssertNoGCSince, AssertNotCommitted, AssertRefSnapshotId
 from .snapshot import SnapshotView
 from .staged_writes import PieceRunner
@@ -172,6 +172,7 @@ class Commit:
         rebases = lost_races = 0
         while rebases < MAX_REBASES and lost_races < MAX_LOST_RACES:
             state = read_latest_state(storage)
+            ensure_writable(state, storage.url)
             # Checked on the state the compare-and-swap replaces: a duplicate published after
             # this read takes that generation, so we read again and see it here.
             landed = self._once.landed(state) if self._once else None

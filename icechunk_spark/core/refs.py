@@ -31,6 +31,7 @@ from ..errors import (
     CommitStateUnknownError,
     FormatError,
     NotFoundError,
+    RepositoryReadOnlyError,
     RetriesExhaustedError,
     StorageCredentialsError,
     StorageError,
@@ -139,14 +140,31 @@ def _create_exactly(storage: Storage, key: str, data: bytes) -> bool:
     )
 
 
-def update_state(storage: Storage, change: Callable[[State], State | None]) -> State:
+def ensure_writable(state: State, url: str) -> None:
+    """Raises ``RepositoryReadOnlyError`` when ``state``'s status is read-only.
+
+    Every writer checks the state its compare-and-swap replaces, so a status published first
+    is always seen: the writer's own publish of that generation fails and it reads again.
+    """
+    status = state.status
+    if not status.writable:
+        since = status.set_at.isoformat() if status.set_at else "an unknown time"
+        raise RepositoryReadOnlyError(url, status.reason, since)
+
+
+def update_state(
+    storage: Storage, change: Callable[[State], State | None], *, sets_status: bool = False
+) -> State:
     """Apply ``change`` to the latest state with compare-and-swap, retrying lost races.
 
     ``change`` sees the latest state and returns the next one (``None``: nothing to do). It may
-    raise to abort; it is called again after every lost race, so it must be pure.
+    raise to abort; it is called again after every lost race, so it must be pure. A read-only
+    repository refuses every change but one that ``sets_status``.
     """
     for attempt in range(MAX_CAS_ATTEMPTS):
         current = read_latest_state(storage)
+        if not sets_status:
+            ensure_writable(current, storage.url)
         proposed = change(current)
         if proposed is None:
             return current

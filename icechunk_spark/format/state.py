@@ -15,6 +15,8 @@ from ..errors import FormatError, InvalidInputError, NotFoundError
 
 FORMAT_VERSION = 1
 RefType = Literal["branch", "tag"]
+Availability = Literal["online", "read-only"]
+AVAILABILITIES: tuple[Availability, ...] = ("online", "read-only")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,29 @@ class GCFence:
 
 
 @dataclass(frozen=True, slots=True)
+class RepoStatus:
+    """Whether writers may change the repository: ``online`` (the default) or ``read-only``,
+    with the reason given and when it was set (ms since the epoch; 0: never set)."""
+
+    availability: Availability = "online"
+    reason: str = ""
+    set_at_ms: int = 0
+
+    @property
+    def writable(self) -> bool:
+        return self.availability == "online"
+
+    @property
+    def set_at(self) -> Any:
+        from datetime import UTC, datetime
+
+        return datetime.fromtimestamp(self.set_at_ms / 1000, tz=UTC) if self.set_at_ms else None
+
+
+ONLINE = RepoStatus()
+
+
+@dataclass(frozen=True, slots=True)
 class State:
     """The whole state of a repository at one generation."""
 
@@ -91,6 +116,7 @@ class State:
     # A random id per written state file, so a writer can recognise its own file after a
     # lost response (two writers never write the same bytes, even for the same change).
     change_id: str = ""
+    status: RepoStatus = ONLINE
 
     def snapshot(self, snapshot_id: str) -> SnapshotInfo:
         try:
@@ -163,6 +189,12 @@ def encode_state(state: State) -> bytes:
             "generation": state.gc_fence.generation,
             "cutoff-ms": state.gc_fence.cutoff_ms,
         }
+    if state.status != ONLINE:
+        doc["status"] = {
+            "availability": state.status.availability,
+            "reason": state.status.reason,
+            "set-at-ms": state.status.set_at_ms,
+        }
     return json.dumps(doc, separators=(",", ":"), sort_keys=False).encode("utf-8")
 
 
@@ -206,6 +238,7 @@ def decode_state(data: bytes, name: str) -> State:
             format_version=version,
             gc_fence=_decode_fence(doc.get("gc-fence")),
             change_id=str(doc.get("change-id", "")),
+            status=_decode_status(doc.get("status")),
         )
     except FormatError:
         raise
@@ -231,6 +264,16 @@ def _decode_fence(doc: Mapping[str, Any] | None) -> GCFence | None:
     if doc is None:
         return None
     return GCFence(generation=int(doc["generation"]), cutoff_ms=int(doc["cutoff-ms"]))
+
+
+def _decode_status(doc: Mapping[str, Any] | None) -> RepoStatus:
+    if doc is None:
+        return ONLINE
+    availability = doc["availability"]
+    if availability not in AVAILABILITIES:
+        # A status this version does not know may forbid writes it would make: not a guess.
+        raise ValueError(f"unknown availability {availability!r}; upgrade icechunk-spark")
+    return RepoStatus(availability, str(doc.get("reason", "")), int(doc.get("set-at-ms", 0)))
 
 
 def _ref_type(value: str) -> RefType:

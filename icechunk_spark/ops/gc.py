@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ..core import read_hint, read_latest_state, update_state
+from ..core import ensure_writable, read_hint, read_latest_state, update_state
 from ..errors import FormatError, InvalidInputError, NotFoundError
 from ..format.keys import (
     ATTRIBUTES_PREFIX,
@@ -165,7 +165,10 @@ def garbage_collect(
     if as_if is not None and not dry_run:
         raise InvalidInputError("as_if is for dry runs: apply the change itself, then collect")
     storage = handle.storage
-    state = _planned(read_latest_state(storage), as_if)
+    current = read_latest_state(storage)
+    if not dry_run:
+        ensure_writable(current, storage.url)  # before the (long) mark; the fence checks again
+    state = _planned(current, as_if)
     reachable = _Reachable()
     _mark(storage, handle.pool, state.snapshots.values(), reachable, progress)
     if dry_run:

@@ -14,6 +14,7 @@ from ..core import (
     RepoHandle,
     RepositoryConfig,
     Session,
+    ensure_writable,
     manifest_infos,
     read_latest_state,
     snapshot_as_of,
@@ -179,8 +180,10 @@ class Repository(RefVerbs, HistoryVerbs):
 
         Raises:
             NotFoundError: an unknown branch or snapshot.
+            RepositoryReadOnlyError: the repository's status is read-only.
         """
         state = self.state()
+        ensure_writable(state, self.storage.url)  # now rather than after the writes
         base = base_snapshot_id or state.branch(branch).snapshot_id
         view = self._handle.view_with_preload(base, state)
         since = state.generation if fresh_since is None else fresh_since

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..core import ensure_writable
 from ..errors import InvalidInputError
 from ..format.ids import new_object_id
 from ..format.keys import STAGING_PREFIX
@@ -135,6 +136,7 @@ def make_plan(
     Raises:
         InvalidInputError: missing or malformed options, or rows of an unknown shape.
         NotFoundError: the repository, branch or base snapshot does not exist.
+        RepositoryReadOnlyError: the repository's status is read-only.
     """
     repo_opts = repo_options(options)
     kind = row_kind(columns)
@@ -150,6 +152,7 @@ def make_plan(
         raise InvalidInputError("option metadata must be a JSON object")
     with repo_opts.opened(repo) as opened:
         state = opened.state()
+        ensure_writable(state, opened.storage.url)  # before any task writes a chunk
         base = base_snapshot or state.branch(branch).snapshot_id
         session = opened.readonly_session(snapshot_id=base)
         existing = {n.path: n.zarr_json for n in session.list_nodes() if n.type == "array"}

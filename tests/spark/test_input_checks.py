@@ -189,3 +189,20 @@ def test_the_driver_api_refuses_an_option_it_does_not_take(write: Any, option: s
     before anything runs, as a keyword the function does not have."""
     with pytest.raises(TypeError, match=f"{write.__name__}.*unexpected keyword.*'{option}'"):
         write(None, "memory://never-opened", **{option: True})
+
+
+# -- repository status -----------------------------------------------------------------------
+def test_a_write_to_a_read_only_repository_is_refused_with_the_reason_before_any_task(
+    spark: Any, series_repo: tuple[str, Repository]
+) -> None:
+    url, repo = series_repo
+    repo.set_status("read-only", "archived; ask the data team")
+    before = repo.state().generation
+    rows = [("/v", [2], values(5, 6))]
+    with fails("read-only since .*archived; ask the data team"):
+        save(spark.createDataFrame(rows, DATA), url, append_dim="t")
+    assert repo.state().generation == before
+    assert not list(repo.storage.list("staging/")), "no task staged rows"
+    repo.set_status("online")
+    save(spark.createDataFrame(rows, DATA), url, append_dim="t")
+    assert stored(repo).tolist() == [1, 2, 3, 4, 5, 6]
