@@ -208,6 +208,18 @@ def cmd_chunks(args: argparse.Namespace) -> dict[str, Any]:
     return {"text": text, "json": rows}
 
 
+def cmd_sources(args: argparse.Namespace) -> dict[str, Any]:
+    repo = open_repo(args)
+    rows = repo.sources(snapshot_id=snapshot_of(repo, args.ref or "main")).to_pylist()
+    width = max((len(str(r["refs"])) for r in rows), default=1)
+    text = "\n".join(
+        f"{r['refs']:>{width}} refs {r['bytes']:>14,} bytes  {r['location']}" for r in rows
+    )
+    total = sum(r["bytes"] for r in rows)
+    text += f"\n{len(rows)} files, {sum(r['refs'] for r in rows)} refs, {total:,} bytes"
+    return {"text": text, "json": rows}
+
+
 def cmd_config(args: argparse.Namespace) -> dict[str, Any]:
     from ..splitting import parse_config
 

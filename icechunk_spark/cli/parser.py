@@ -92,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--array")
     p.add_argument("--plot", metavar="PNG")
     p.add_argument("--ref")
+    p = add(
+        "sources",
+        c.cmd_sources,
+        "files a snapshot's virtual refs point into, with ref count and bytes per file",
+    )
+    p.add_argument("--ref", help="branch, tag or snapshot (default: main)")
     p = add("config", c.cmd_config, "show, validate or set the manifest config")
     p.add_argument("action", choices=["show", "validate", "set"])
     p.add_argument("file", nargs="?")

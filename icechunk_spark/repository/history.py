@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime
 
+import pyarrow as pa
+
 from ..core import DEFAULT_BRANCH, walk
 from ..format.state import SnapshotInfo
-from ..ops import gc, history
+from ..ops import gc, history, sources
 from ..progress import Progress
 from .base import HandleOwner
 
@@ -25,6 +27,16 @@ class HistoryVerbs(HandleOwner):
         """Snapshots from the given one back to the first, newest first."""
         state = self.state()
         yield from walk(state, state.resolve(branch, tag, snapshot_id, DEFAULT_BRANCH))
+
+    def sources(
+        self, *, branch: str | None = None, tag: str | None = None, snapshot_id: str | None = None
+    ) -> pa.Table:
+        """Every file the snapshot's virtual refs point into (default: the tip of ``main``):
+        columns ``location``, ``refs`` (how many chunk refs), ``bytes`` (their total length) and
+        ``arrays``, one row per file, sorted by location. Read from the manifests only."""
+        state = self.state()
+        target = state.resolve(branch, tag, snapshot_id, DEFAULT_BRANCH)
+        return sources.snapshot_sources(self._handle, target, state)
 
     def diff(
         self,

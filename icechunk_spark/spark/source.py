@@ -61,8 +61,8 @@ def spark_schema(table: str) -> StructType:
 
 class IcechunkDataSource(DataSource):
     """``format("icechunk")``: tables ``chunks`` (default), ``values`` (the arrays' elements,
-    spark/values.py), ``snapshots``, ``refs``, ``nodes``, ``manifests``, ``changes`` (also as a
-    stream); writes of virtual refs or raw chunk data."""
+    spark/values.py), ``snapshots``, ``refs``, ``sources``, ``nodes``, ``manifests``,
+    ``changes`` (also as a stream); writes of virtual refs or raw chunk data."""
 
     @classmethod
     def name(cls) -> str:
@@ -231,11 +231,14 @@ class MetadataReader(DataSourceReader):
 
 
 def build_metadata_table(repo: Any, table: str, snapshot_id: str) -> pa.Table:
-    """``snapshots`` (ancestry of the snapshot), ``refs``, ``nodes`` or ``manifests``."""
+    """``snapshots`` (ancestry of the snapshot), ``refs``, ``sources``, ``nodes`` or
+    ``manifests``."""
     if table == "snapshots":
         return tables.snapshots_table(repo.ancestry(snapshot_id=snapshot_id))
     if table == "refs":
         return tables.refs_table(repo.state())
+    if table == "sources":
+        return repo.sources(snapshot_id=snapshot_id)
     nodes = repo.readonly_session(snapshot_id=snapshot_id).list_nodes()
     if table == "nodes":
         return tables.nodes_table(nodes)

@@ -20,6 +20,7 @@ from ..format.manifest import STAT_FIELDS, with_inline_lengths
 from ..format.state import SnapshotInfo, State
 from ..format.structure import Node
 from ..ops.feed import CHANGES
+from ..ops.sources import SOURCES_SCHEMA
 
 
 def _list_of(value_type: pa.DataType) -> pa.DataType:
@@ -84,6 +85,7 @@ SCHEMAS: Mapping[str, pa.Schema] = {
     "nodes": NODES,
     "manifests": MANIFESTS,
     "changes": CHANGES,  # the change feed (spark/changes.py)
+    "sources": SOURCES_SCHEMA,  # the files virtual refs point into (ops/sources.py)
 }
 
 

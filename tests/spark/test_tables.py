@@ -128,6 +128,38 @@ def test_manifests_table(spark: Any, history: tuple[str, list[str]]) -> None:
     )
 
 
+def test_sources_table(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The files virtual refs point into, as the API lists them (tested against HDF5's own
+    chunk listing in tests/virtual/test_sources.py), at a snapshot chosen by tag."""
+    folder = tmp_path_factory.mktemp("sources")
+    files = []
+    for name in ("a.bin", "b.bin"):
+        (folder / name).write_bytes(bytes(64))
+        files.append((folder / name).as_uri())
+    url = (folder / "repo").as_uri()
+    repo = new_repo(url, config={"virtual_chunk_containers": {folder.as_uri() + "/": {}}})
+    session = repo.writable_session("main")
+    session.create_array("/v", (8,), (2,), "int32")
+    for i, file in enumerate([files[0], files[0], files[1]]):
+        session.set_virtual_ref("/v", (i,), file, offset=8 * i, length=8)
+    repo.create_tag("v1", session.commit("three refs into two files"))
+    session = repo.writable_session("main")
+    session.set_virtual_ref("/v", (3,), files[1], offset=0, length=8)
+    session.commit("a fourth")
+    expected = [("a.bin", 2, 16, ["/v"]), ("b.bin", 1, 8, ["/v"])]
+    rows = [
+        (r["location"].rsplit("/", 1)[1], r["refs"], r["bytes"], r["arrays"])
+        for r in load(spark, url, table="sources", tag="v1").orderBy("location").collect()
+    ]
+    assert rows == expected
+    assert load(spark, url, table="sources").collect()[1]["refs"] == 2
+    assert_df_equality(
+        load(spark, url, table="sources"),
+        spark.createDataFrame(repo.sources().to_pylist(), spark_schema("sources")),
+        ignore_row_order=True,
+    )
+
+
 def test_chunks_table_and_time_travel(spark: Any, history: tuple[str, list[str]]) -> None:
     url, (first, second, _) = history
     repo = Repository.open(url)
