@@ -9,6 +9,7 @@
     ├── HistoryRewrittenError    a branch no longer holds a snapshot a change feed had reached
     │   └── HistoryExpiredError  the snapshots between a feed's position and its end expired
     ├── AlreadyCommittedError    a commit made once (``once=``) is on the branch already
+    ├── RewriteRefusedError      an amend or squash would lose history a ref holds, or raced
     ├── NotFoundError(KeyError)  a branch, tag, snapshot, node, chunk or object does not exist
     ├── AlreadyExistsError       a repository, tag, branch or node of that name exists already
     ├── InvalidInputError(ValueError)  the caller passed something we cannot accept
@@ -249,6 +250,16 @@ class RepeatedCoordError(InvalidInputError):
 
     def __reduce__(self) -> tuple[type[RepeatedCoordError], tuple[object, ...]]:
         return (RepeatedCoordError, (self.coord, self.repeated, self.array))
+
+
+class RewriteRefusedError(IcechunkSparkError):
+    """An amend or squash was refused: nothing changed.
+
+    The branch tip moved since the session began (amend never rebases: it would replace a
+    snapshot its writer did not see), the snapshots it would replace are held by another branch
+    or tag (or are the parents of one's history), or the range is not one branch's history. The
+    message says which, and names the ref.
+    """
 
 
 class HistoryRewrittenError(IcechunkSparkError):

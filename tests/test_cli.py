@@ -122,6 +122,20 @@ def test_status_read_only_refuses_writers_until_set_back(repo_url):
     run("tag", repo_url, "create", "v1", "main")
 
 
+def test_squash_rewrites_a_range_into_one_snapshot(repo_url):
+    repo = Repository.open(repo_url)
+    for i in (1, 2):
+        session = repo.writable_session()
+        session.set_chunk("/grp/temp", (0, 1), bytes([i]) * 24)
+        session.commit(f"write {i}")
+    log = [s.id for s in repo.ancestry()]
+    out = run_json("squash", repo_url, log[2], log[0], "-m", "squashed")
+    assert [s.message for s in repo.ancestry()][:2] == ["squashed", "first"]
+    assert repo.lookup_branch("main") == out["snapshot_id"]
+    refused = run("squash", repo_url, log[-1], out["snapshot_id"], "-m", "x", ok=False)
+    assert refused.returncode == 1 and "first of the repository" in refused.stderr
+
+
 def test_errors_are_one_line_with_a_nonzero_exit(tmp_path, repo_url):
     missing = run("log", (tmp_path / "nothing").as_uri(), ok=False)
     assert missing.returncode == 1

@@ -265,3 +265,28 @@ def test_xarray_append_reports_no_rewritten_coordinates(repo: Repository) -> Non
         ("set", "/ds/t", [1, 0, 0]),
         ("set", "/ds/time", [1]),
     ]
+
+
+def test_a_squashed_range_reads_as_one_snapshot_of_all_its_changes(repo: Repository) -> None:
+    """The feed over a squash lists what the range changed, from its merged log; a feed that
+    had read into the range is told its history was rewritten, never skipped silently."""
+    session = repo.writable_session("main")
+    session.set_chunk("/a", (0, 0), b"\x01" * 4)
+    a = session.commit("A")
+    session = repo.writable_session("main")
+    session.set_chunk("/a", (1, 1), b"\x02" * 4)
+    session.delete_chunk("/a", (0, 0))
+    b = session.commit("B")
+    assert short(changes(repo))[2:] == [
+        (2, "set", "/a", [0, 0]),
+        (3, "delete", "/a", [0, 0]),
+        (3, "set", "/a", [1, 1]),
+    ]
+    squashed = repo.squash("main", a, b, "A+B")
+    after = changes(repo)
+    # The net change of the range: (0, 0) came and went, so it is no change at all.
+    assert short(after)[2:] == [(2, "set", "/a", [1, 1])]
+    assert after[2]["snapshot"] == squashed
+    state = repo.state()
+    with pytest.raises(HistoryRewrittenError):
+        feed.steps_after(state, feed.Position(a, 2), state.branch("main").snapshot_id, "main")

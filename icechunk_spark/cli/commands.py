@@ -238,6 +238,13 @@ def cmd_config(args: argparse.Namespace) -> dict[str, Any]:
     return {"text": text, "json": config}
 
 
+def cmd_squash(args: argparse.Namespace) -> dict[str, Any]:
+    repo = open_repo(args)
+    oldest, newest = snapshot_of(repo, args.from_ref), snapshot_of(repo, args.to_ref)
+    squashed = repo.squash(args.branch, oldest, newest, args.message)
+    return {"text": f"squashed into {squashed}", "json": {"snapshot_id": squashed}}
+
+
 def cmd_status(args: argparse.Namespace) -> dict[str, Any]:
     repo = open_repo(args)
     status = repo.set_status(args.availability, args.reason) if args.availability else repo.status()

@@ -101,6 +101,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("config", c.cmd_config, "show, validate or set the manifest config")
     p.add_argument("action", choices=["show", "validate", "set"])
     p.add_argument("file", nargs="?")
+    p = add(
+        "squash",
+        c.cmd_squash,
+        "rewrite a range of a branch's history (FROM..TO, both included) into one snapshot",
+    )
+    p.add_argument("from_ref", metavar="FROM", help="oldest snapshot of the range")
+    p.add_argument("to_ref", metavar="TO", help="newest snapshot of the range")
+    p.add_argument("--branch", default="main")
+    p.add_argument("-m", "--message", required=True)
     p = add("status", c.cmd_status, "show the repository's status, or set it (read-only, online)")
     p.add_argument("--set", dest="availability", choices=["online", "read-only"])
     p.add_argument("--reason", default="", help="why it is read-only: writers refuse with it")

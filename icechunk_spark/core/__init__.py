@@ -29,6 +29,7 @@ from .refs import (
     update_state,
 )
 from .requirements import AssertNotCommitted, landed_once
+from .rewrite import check_unheld, merged_txlog, replacement, rewritten, run_below
 from .session import Session
 from .snapshot import ChunkRef, ManifestCache, ManifestInfo, SnapshotView, manifest_infos
 from .staged import STAGED_SCHEMA, StagedFile, StagedRefs, write_staged
@@ -60,18 +61,23 @@ __all__ = [
     "VirtualReader",
     "VirtualRequest",
     "check_ref_name",
+    "check_unheld",
     "ensure_writable",
     "file_checksum",
     "initial_state",
     "landed_once",
     "manifest_infos",
+    "merged_txlog",
     "naming_chunk",
     "normalize_prefix",
     "publish_state",
     "read_hint",
     "read_latest_state",
+    "replacement",
     "resolve_target",
     "resolve_url",
+    "rewritten",
+    "run_below",
     "snapshot_as_of",
     "update_state",
     "walk",

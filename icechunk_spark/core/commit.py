@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +57,7 @@ from .flush import BuiltSnapshot, build_snapshot
 from .overlay import current_nodes
 from .refs import ensure_writable, publish_state, read_latest_state
 from .requirements import AssertNoGCSince, AssertNotCommitted, AssertRefSnapshotId
+from .rewrite import check_amendable, merged_txlog, replacement, rewritten
 from .snapshot import SnapshotView
 from .staged_writes import PieceRunner
 
@@ -84,6 +85,8 @@ class CommitOptions:
         progress: hears the manifests being written.
         piece_runner: writes the manifest pieces of split arrays with staged refs elsewhere
             (e.g. on Spark executors); by default this process writes them, a few at a time.
+        amend: replace the branch tip (the session's base) instead of adding a snapshot above
+            it (``core/rewrite.py``); never rebases.
 
     Raises:
         InvalidInputError: a bad policy, metadata that is not JSON, or metadata that
@@ -96,6 +99,7 @@ class CommitOptions:
     once: Mapping[str, Any] = field(default_factory=dict)
     progress: Progress | None = None
     piece_runner: PieceRunner | None = None
+    amend: bool = False
 
     def __post_init__(self) -> None:
         ConflictPolicy.parse(self.on_conflict)
@@ -168,6 +172,8 @@ class Commit:
             AlreadyCommittedError: the branch holds a snapshot with our ``once`` marks.
         """
         storage, policy = self._handle.storage, self._options.policy
+        if self._options.amend:  # refused before anything is written
+            check_amendable(read_latest_state(storage), self._branch, self.base.snapshot_id)
         built = self._build()
         rebases = lost_races = 0
         while rebases < MAX_REBASES and lost_races < MAX_LOST_RACES:
@@ -184,6 +190,8 @@ class Commit:
                 built = self._build()
                 continue
             if not AssertRefSnapshotId(self._branch, self.base.snapshot_id).holds(state):
+                if self._options.amend:
+                    check_amendable(state, self._branch, self.base.snapshot_id)  # raises
                 self._rebase(state, policy)
                 REBASE_BACKOFF.sleep(rebases)  # many writers on one branch: each gets a turn
                 rebases += 1
@@ -203,6 +211,14 @@ class Commit:
         )
 
     def _build(self) -> BuiltSnapshot:
+        built = self._build_snapshot()
+        if self._options.amend:  # the log must say what changed since the new parent
+            storage, key = self._handle.storage, txlog_key(built.snapshot_id)
+            own = storage.get(key)
+            storage.put(key, merged_txlog(storage, [self.base.snapshot_id], extra=own))
+        return built
+
+    def _build_snapshot(self) -> BuiltSnapshot:
         try:
             return build_snapshot(
                 self._handle.storage,
@@ -255,6 +271,10 @@ class Commit:
         if self._repack is not None:
             stored = RepositoryConfig.from_dict(config)
             config = stored.with_manifests(self._repack.to_dict()).to_dict()
+        if self._options.amend:
+            replaced = check_amendable(state, self._branch, tip)
+            amended = rewritten(state, self._branch, replaced, replacement(state, replaced, info))
+            return replace(amended, config=config)
         return state.next(
             snapshots={**state.snapshots, info.id: info},
             refs={**state.refs, self._branch: Ref(self._branch, info.id, "branch")},

@@ -170,6 +170,24 @@ class Session(BaseSession):
         )
         return self.commit_with(options)
 
+    def amend(self, message: str, metadata: Mapping[str, Any] | None = None) -> str:
+        """Replace the branch tip (this session's base) with a snapshot holding it and this
+        session's changes, on the tip's parent: the tip stops being listed (``core/rewrite.py``).
+
+        Keeps the tip's once-marks, so exactly-once holds across it. Never rebases.
+
+        Returns:
+            The new snapshot's id.
+
+        Raises:
+            RewriteRefusedError: the tip moved since this session began, another branch or tag
+                points at it (a tag included) or descends from it, or it is the repository's
+                first snapshot; nothing changed.
+            As ``commit`` otherwise.
+        """
+        self._require_writable()
+        return self.commit_with(CommitOptions(message, metadata or {}, amend=True))
+
     def commit_with(self, options: CommitOptions) -> str:
         """``commit`` with its options as one value (a Spark write makes them from its plan).
 

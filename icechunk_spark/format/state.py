@@ -7,7 +7,7 @@ the latest. Encoding is pure: values in, bytes out, and back.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -168,6 +168,15 @@ class State:
     def next(self, **changes: Any) -> State:
         """The state of the next generation, with ``changes`` applied."""
         return replace(self, generation=self.generation + 1, **changes)
+
+
+def union_marks(*groups: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    """The once-marks of every group, each once, in order (what a snapshot that replaces or
+    re-links others must answer for)."""
+    out: list[Mapping[str, Any]] = []
+    for group in groups:
+        out.extend(m for m in group if m not in out)
+    return tuple(out)
 
 
 def encode_state(state: State) -> bytes:

@@ -41,7 +41,7 @@ from ..core import DEFAULT_BRANCH, SnapshotView, read_latest_state, update_state
 from ..errors import InvalidInputError
 from ..format.coords import coord_keys
 from ..format.merge import merge_refs
-from ..format.state import SnapshotInfo, State
+from ..format.state import SnapshotInfo, State, union_marks
 from ..format.structure import Node
 
 if TYPE_CHECKING:
@@ -272,7 +272,7 @@ def _relinked(
         info,
         parent_id=skipped.kept_ancestor,
         parent_relinked=True,
-        once_marks=_union(info.once_marks, skipped.once_marks),
+        once_marks=union_marks(info.once_marks, skipped.once_marks),
     )
 
 
@@ -295,15 +295,9 @@ def _below(expired_id: str, state: State, kept: set[str], below: dict[str, _Belo
     done = below.get(cursor) if cursor is not None else None
     result = done if done is not None else _Below(cursor, ())
     for ancestor in reversed(walked):  # oldest first, so each entry builds on the one below
-        result = _Below(result.kept_ancestor, _union(ancestor.once_marks, result.once_marks))
+        result = _Below(result.kept_ancestor, union_marks(ancestor.once_marks, result.once_marks))
         below[ancestor.id] = result
     return result
-
-
-def _union(
-    ours: tuple[Mapping[str, Any], ...], carried: tuple[Mapping[str, Any], ...]
-) -> tuple[Mapping[str, Any], ...]:
-    return ours + tuple(m for m in carried if m not in ours)
 
 
 def utc_ms(when: datetime, name: str) -> int:

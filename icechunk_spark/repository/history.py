@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
+from typing import Any
 
 import pyarrow as pa
 
 from ..core import DEFAULT_BRANCH, walk
 from ..format.state import SnapshotInfo
-from ..ops import gc, history, sources
+from ..ops import gc, history, sources, squash
 from ..progress import Progress
 from .base import HandleOwner
 
@@ -37,6 +38,30 @@ class HistoryVerbs(HandleOwner):
         state = self.state()
         target = state.resolve(branch, tag, snapshot_id, DEFAULT_BRANCH)
         return sources.snapshot_sources(self._handle, target, state)
+
+    def squash(
+        self,
+        branch: str,
+        from_snapshot_id: str,
+        to_snapshot_id: str,
+        message: str,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Rewrite ``branch``'s history from ``from_snapshot_id`` up to ``to_snapshot_id``
+        (both included) into one snapshot with the content of ``to_snapshot_id``; snapshots
+        above it stay, on top of the new one. Data deleted inside the range is then reachable
+        from no snapshot and the next ``garbage_collect`` deletes it (compliance deletions).
+
+        Returns:
+            The new snapshot's id.
+
+        Raises:
+            RewriteRefusedError: the range is not on the branch, starts at the repository's
+                first snapshot, or another branch or tag holds part of it; nothing changed.
+        """
+        return squash.squash(
+            self._handle, branch, from_snapshot_id, to_snapshot_id, message, metadata
+        )
 
     def diff(
         self,
