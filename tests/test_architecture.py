@@ -34,6 +34,7 @@ LAYERS = {
     "zarr_values": 5,  # what the zarr store reads and writes, in the caller's thread
     "xarray": 5,  # to_repository: xarray datasets through forks (beside the zarr store)
     "inventory": 5,
+    "export": 5,  # one snapshot as plain Zarr v3 (zarr_keys names the chunks)
     "virtual": 5,
     "values": 5,  # arrays as tables: labels <-> indexes, chunk planning, rows (xarray, no Spark)
     "testing": 5,

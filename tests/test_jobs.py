@@ -70,7 +70,14 @@ def summary(proc: subprocess.CompletedProcess[str], job: str) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     "job",
-    ["ingest_datacube.py", "ingest_virtual.py", "append.py", "maintain.py", "write_table.py"],
+    [
+        "ingest_datacube.py",
+        "ingest_virtual.py",
+        "append.py",
+        "maintain.py",
+        "write_table.py",
+        "clone.py",
+    ],
 )
 def test_every_job_has_help(job):
     proc = subprocess.run(

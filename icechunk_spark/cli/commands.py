@@ -10,7 +10,9 @@ from typing import Any
 
 from ..core import Session
 from ..errors import InvalidInputError, NotFoundError
+from ..format.keys import txlog_key
 from ..format.paths import normalize_path
+from ..format.txlog import decode_txlog
 from ..repository import Repository
 from ..storage import parse_storage_options
 from .output import progress_bars
@@ -69,8 +71,35 @@ def cmd_log(args: argparse.Namespace) -> dict[str, Any]:
                 "metadata": dict(info.metadata),
             }
         )
-    text = "\n".join(f"{e['id']}  {e['time'][:19]}  {e['message']}" for e in entries)
-    return {"text": text, "json": entries}
+        if args.changes:
+            entries[-1]["changes"] = node_changes(repo, info.id)
+    lines = []
+    for e in entries:
+        lines.append(f"{e['id']}  {e['time'][:19]}  {e['message']}")
+        lines += [f"    {_change_line(c)}" for c in e.get("changes", ())]
+    return {"text": "\n".join(lines), "json": entries}
+
+
+def node_changes(repo: Repository, snapshot_id: str) -> list[dict[str, Any]]:
+    """The node changes a snapshot's transaction log lists (the first snapshot has none)."""
+    key = txlog_key(snapshot_id)
+    try:
+        log = decode_txlog(repo.storage.get(key), key)
+    except NotFoundError:
+        return []
+    return [
+        {"kind": str(c.kind), "path": c.path, **({"from": c.from_path} if c.from_path else {})}
+        for c in log.nodes
+    ]
+
+
+_MARKS = {"new_group": "+", "new_array": "+", "delete_node": "-", "update_metadata": "~"}
+
+
+def _change_line(change: dict[str, Any]) -> str:
+    if change["kind"] == "move_node":
+        return f"> {change['from']} -> {change['path']}"
+    return f"{_MARKS.get(change['kind'], '*')} {change['path']}"
 
 
 def cmd_branch(args: argparse.Namespace) -> dict[str, Any]:
@@ -177,11 +206,13 @@ def cmd_diff(args: argparse.Namespace) -> dict[str, Any]:
         "added": list(d.nodes_added),
         "deleted": list(d.nodes_deleted),
         "updated": list(d.nodes_updated),
+        "moved": dict(d.nodes_moved),
         "chunks_changed": dict(d.chunks_changed),
     }
     lines = (
         [f"+ {p}" for p in d.nodes_added]
         + [f"- {p}" for p in d.nodes_deleted]
+        + [f"> {old} -> {new}" for old, new in d.nodes_moved.items()]
         + [f"~ {p}" for p in d.nodes_updated]
     )
     lines += [f"  {p}: {n} chunks changed" for p, n in sorted(d.chunks_changed.items())]

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import commands as c
+from . import transfer
 
 Handler = Callable[[argparse.Namespace], Any]
 
@@ -67,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ref", nargs="?", help="branch, tag or snapshot (default: --branch)")
     p.add_argument("--branch", default="main")
     p.add_argument("-n", type=count_arg, help="at most this many")
+    p.add_argument(
+        "--changes", action="store_true", help="list each snapshot's node changes (moves too)"
+    )
     p = add("branch", c.cmd_branch, "list, create, delete or reset branches")
     p.add_argument(
         "action", nargs="?", default="list", choices=["list", "create", "delete", "reset"]
@@ -110,6 +114,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("to_ref", metavar="TO", help="newest snapshot of the range")
     p.add_argument("--branch", default="main")
     p.add_argument("-m", "--message", required=True)
+    for name, handler, help_text in (
+        (
+            "clone",
+            transfer.cmd_clone,
+            "copy the whole repository (every snapshot, branch, tag) to DEST, of any backend; "
+            "run again after a kill to resume",
+        ),
+        (
+            "export",
+            transfer.cmd_export,
+            "write one snapshot to DEST as plain Zarr v3 (zarr opens it without icechunk-spark)",
+        ),
+    ):
+        p = add(name, handler, help_text)
+        p.add_argument("dest", help="where to: a URL or path, as for the repository")
+        p.add_argument(
+            "--dest-option",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="storage option of DEST (repeatable)",
+        )
+        p.add_argument("--workers", type=int, default=16, help="parallel copies (default 16)")
+        if name == "export":
+            p.add_argument(
+                "--ref", "--snapshot", dest="ref", help="branch, tag or snapshot (default: main)"
+            )
+            p.add_argument(
+                "--materialize", action="store_true", help="copy virtual chunks' bytes too"
+            )
     p = add("status", c.cmd_status, "show the repository's status, or set it (read-only, online)")
     p.add_argument("--set", dest="availability", choices=["online", "read-only"])
     p.add_argument("--reason", default="", help="why it is read-only: writers refuse with it")

@@ -210,9 +210,9 @@ class BaseSession:
                 doomed += [
                     n for n in self.list_nodes() if n.path.startswith(prefix) and n.path != path
                 ]
-            base = self._view().nodes
-            for victim in doomed:
-                self._changes.forget(victim, base.get(victim.path))
+            view = self._view()
+            for victim in doomed:  # by id: a node this session moved is at another path there
+                self._changes.forget(victim, view.committed(victim))
 
     # -- writing chunks -------------------------------------------------------------------
     def set_chunk(self, path: str, coord: Sequence[int], data: bytes) -> None:

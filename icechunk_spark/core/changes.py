@@ -161,15 +161,17 @@ def pending_table(pending: dict[bytes, Pending]) -> pa.Table:
 
 @dataclass(frozen=True, slots=True)
 class ChangeSummary:
-    """What a session changed: paths of nodes, and chunk counts per array path."""
+    """What a session changed: paths of nodes, moves (old path -> new), and chunk counts per
+    array path."""
 
     created: tuple[str, ...]
     updated: tuple[str, ...]
     deleted: tuple[str, ...]
     chunks: Mapping[str, int]
+    moved: Mapping[str, str] = field(default_factory=dict)
 
     def is_empty(self) -> bool:
-        return not (self.created or self.updated or self.deleted or self.chunks)
+        return not (self.created or self.updated or self.deleted or self.chunks or self.moved)
 
 
 @dataclass
@@ -179,6 +181,8 @@ class ChangeSet:
     created: dict[str, Node] = field(default_factory=dict)  # path -> new node (no manifests)
     updated: dict[str, Node] = field(default_factory=dict)  # path -> node with new zarr.json
     deleted: dict[str, Node] = field(default_factory=dict)  # path -> base node deleted
+    # new path -> the base path it was moved from; the node itself is in ``updated`` (same id)
+    moved: dict[str, str] = field(default_factory=dict)
     chunks: dict[int, ArrayChanges] = field(default_factory=dict)  # node id -> changes
     # node id -> refs staged in Parquet files outside the session (see ``staged``)
     staged: dict[int, list[StagedRefs]] = field(default_factory=dict)
@@ -192,6 +196,7 @@ class ChangeSet:
             self.created
             or self.updated
             or self.deleted
+            or self.moved
             or self.staged
             or self.repack_all
             or any(len(c) for c in self.chunks.values())
@@ -247,8 +252,19 @@ class ChangeSet:
         else:
             self.updated[node.path] = node
 
+    def moved_away(self) -> set[str]:
+        """Base paths whose node this session moved elsewhere."""
+        return set(self.moved.values())
+
     def forget(self, node: Node, base: Node | None) -> None:
         """Delete ``node`` and its chunk changes; ``base``: its node in the base snapshot."""
+        if node.path in self.moved:  # a node moved, then deleted: delete it where it was
+            assert base is not None
+            self.moved.pop(node.path)
+            self.updated.pop(node.path, None)
+            self.chunks.pop(node.id, None)
+            self.deleted[base.path] = base
+            return
         self.updated.pop(node.path, None)
         self.chunks.pop(node.id, None)
         self.staged.pop(node.id, None)
@@ -282,8 +298,9 @@ class ChangeSet:
     def summary(self, paths: Mapping[int, str]) -> ChangeSummary:
         """The summary of these changes; ``paths`` maps node ids to current paths."""
         return ChangeSummary(
+            moved={old: new for new, old in sorted(self.moved.items())},
             created=tuple(sorted(self.created)),
-            updated=tuple(sorted(self.updated)),
+            updated=tuple(sorted(p for p in self.updated if p not in self.moved)),
             deleted=tuple(sorted(self.deleted)),
             chunks={
                 **{

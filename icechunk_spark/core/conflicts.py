@@ -11,7 +11,10 @@ node changes never are:
 * a node created below a group deleted concurrently, or a subtree deleted while a node was
   created below it (either would leave an orphan);
 * chunk writes that a concurrent resize puts outside the chunk grid, or whose meaning a
-  concurrent change of chunk shape changed — in either direction (ours or theirs resized).
+  concurrent change of chunk shape changed — in either direction (ours or theirs resized);
+* a move (``move_node``) of a node the other side updated, deleted or moved, or to a path the
+  other side filled, or of a group the other side created a node below. Chunk writes to a node
+  moved concurrently are not a conflict: chunks are keyed by node id, so they follow it.
 """
 
 from __future__ import annotations
@@ -71,6 +74,9 @@ class Theirs:
     node_ids_replaced: frozenset[int]
     chunks: Mapping[int, pa.Array]
     ranges: Mapping[int, tuple[Extent, ...]]  # chunks written somewhere in these (staged refs)
+    node_ids_moved: frozenset[int] = frozenset()
+    moved_from: frozenset[str] = frozenset()  # paths they moved a node away from
+    moved_to: frozenset[str] = frozenset()  # paths they moved a node to
 
     @classmethod
     def from_logs(cls, logs: Iterable[TransactionLog]) -> Theirs:
@@ -80,10 +86,17 @@ class Theirs:
         replaced: set[int] = set()
         ranges: dict[int, list[Extent]] = {}
         chunks: dict[int, list[pa.Array]] = {}
+        moved: set[int] = set()
+        moved_from: set[str] = set()
+        moved_to: set[str] = set()
         for log in logs:
             for change in log.nodes:
                 kinds.setdefault(change.path, set()).add(change.kind)
-                if change.kind is ChangeKind.DELETE_NODE:
+                if change.kind is ChangeKind.MOVE_NODE:
+                    moved.add(change.node_id)
+                    moved_to.add(change.path)
+                    moved_from.add(change.from_path or change.path)
+                elif change.kind is ChangeKind.DELETE_NODE:
                     deleted.add(change.node_id)
                 elif change.kind is ChangeKind.UPDATE_METADATA:
                     updated.add(change.node_id)
@@ -100,6 +113,9 @@ class Theirs:
             frozenset(replaced),
             {i: pa.concat_arrays(c) for i, c in chunks.items()},
             {i: tuple(r) for i, r in ranges.items()},
+            frozenset(moved),
+            frozenset(moved_from),
+            frozenset(moved_to),
         )
 
     def chunks_changed(self, node_id: int) -> bool:
@@ -128,6 +144,7 @@ def find_conflicts(
         *_tree_conflicts(ours, theirs),
         *_resize_conflicts(ours, theirs, our_nodes, tip_nodes),
         *_staged_node_conflicts(ours, theirs, paths_by_id, tip_nodes),
+        *_move_conflicts(ours, theirs),
     ]
     overlaps: dict[int, pa.Array] = {}
     for node_id, coords in _staged_chunk_overlaps(ours, theirs, ndims).items():
@@ -244,10 +261,43 @@ def _node_conflicts(ours: ChangeSet, theirs: Theirs) -> list[Conflict]:
     return conflicts
 
 
+def _move_conflicts(ours: ChangeSet, theirs: Theirs) -> list[Conflict]:
+    """Moves on either side against what the other side did to the node or its paths."""
+    conflicts = []
+    for path, node in ours.updated.items():
+        if node.id in theirs.node_ids_moved:
+            conflicts.append(Conflict(path, "changed or moved a node moved concurrently"))
+        elif path in ours.moved and (
+            node.id in theirs.node_ids_updated or node.id in theirs.node_ids_deleted
+        ):
+            conflicts.append(Conflict(path, "moved a node changed concurrently"))
+        if path in ours.moved and (
+            path in theirs.moved_to or theirs.node_kinds.get(path, frozenset()) & _CREATED
+        ):
+            conflicts.append(Conflict(path, "moved to a path filled concurrently"))
+    for path in ours.created:
+        if path in theirs.moved_to:
+            conflicts.append(Conflict(path, "node created where one was moved concurrently"))
+        if any(a in theirs.moved_from for a in _ancestors(path)):
+            conflicts.append(Conflict(path, "created below a group moved concurrently"))
+    created_by_them = {p for p, k in theirs.node_kinds.items() if k & _CREATED} | theirs.moved_to
+    for old in ours.moved.values():
+        if any(p.startswith(old + "/") for p in created_by_them):
+            conflicts.append(Conflict(old, "moved a group a node was created below concurrently"))
+    for path, node in ours.deleted.items():
+        if node.id in theirs.node_ids_moved:
+            conflicts.append(Conflict(path, "deleted a node moved concurrently"))
+    deleted_by_them = {p for p, k in theirs.node_kinds.items() if ChangeKind.DELETE_NODE in k}
+    for new in ours.moved:
+        if any(a in deleted_by_them for a in _ancestors(new)):
+            conflicts.append(Conflict(new, "moved into a group deleted concurrently"))
+    return conflicts
+
+
 def _tree_conflicts(ours: ChangeSet, theirs: Theirs) -> list[Conflict]:
     """Changes that, rebased, would leave a node without its parent group."""
     deleted_by_them = {p for p, k in theirs.node_kinds.items() if ChangeKind.DELETE_NODE in k}
-    created_by_them = {p for p, k in theirs.node_kinds.items() if k & _CREATED}
+    created_by_them = {p for p, k in theirs.node_kinds.items() if k & _CREATED} | theirs.moved_to
     conflicts = []
     for path in ours.created:
         if any(a in deleted_by_them for a in _ancestors(path)):

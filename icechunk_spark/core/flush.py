@@ -124,7 +124,10 @@ def build_snapshot(
     final = {
         p: replace(n, attrs_ref=assigned[n.id]) if n.id in assigned else n for p, n in final.items()
     }
-    txlog = encode_txlog(_node_changes(changes, arrays), _chunk_change_tables(changes, arrays))
+    base_docs = {n.id: n.zarr_json for n in base.nodes.values()}
+    txlog = encode_txlog(
+        _node_changes(changes, arrays, base_docs), _chunk_change_tables(changes, arrays)
+    )
     objects = [(structure_key(structure_id), structure), (txlog_key(snapshot_id), txlog)]
     if attrs is not None:
         objects.append((attributes_key(attrs_id), attrs))
@@ -162,8 +165,8 @@ def _merge_modified(
         if node is None or node.meta is None:
             continue
         layers = []
-        base_node = base.nodes.get(node.path)
-        if base_node is not None and base_node.id == node_id:
+        base_node = base.committed(node)
+        if base_node is not None:
             layers.extend(base.array_refs(base_node))
         array_changes = changes.chunks.get(node_id)
         if array_changes is not None:
@@ -191,8 +194,14 @@ def _ref_count(
 
 
 def _committed_count(base: SnapshotView, node: Node) -> int:
-    committed = base.nodes.get(node.path)
-    return committed.ref_count if committed is not None and committed.id == node.id else 0
+    committed = base.committed(node)
+    return committed.ref_count if committed is not None else 0
+
+
+def _unchanged(base: SnapshotView, node: Node) -> Node:
+    committed = base.committed(node)
+    assert committed is not None, f"{node.path} has no refs to carry over"
+    return committed
 
 
 def _existing_manifests(base_arrays: Iterable[Node]) -> list[ExistingManifest]:
@@ -226,13 +235,15 @@ def _refs_source(
         assert node.meta is not None
         ndim = node.meta.ndim
         return CoordRefs.merge(
-            [CoordRefs(t, ndim) for t in base.array_refs(base.nodes[node.path])], ndim
+            [CoordRefs(t, ndim) for t in base.array_refs(_unchanged(base, node))], ndim
         )
 
     return refs_for
 
 
-def _node_changes(changes: ChangeSet, arrays: Mapping[int, Node]) -> list[NodeChange]:
+def _node_changes(
+    changes: ChangeSet, arrays: Mapping[int, Node], base_docs: Mapping[int, bytes]
+) -> list[NodeChange]:
     out = [NodeChange(p, n.id, ChangeKind.DELETE_NODE) for p, n in changes.deleted.items()]
     for node_id in changes.staged:
         staged = changes.staged_refs(node_id)
@@ -240,7 +251,12 @@ def _node_changes(changes: ChangeSet, arrays: Mapping[int, Node]) -> list[NodeCh
             path = arrays[node_id].path
             out.append(NodeChange(path, node_id, ChangeKind.WRITE_CHUNK_RANGE, staged.extent()))
     out += [NodeChange(p, n.id, ChangeKind.created(n.type)) for p, n in changes.created.items()]
-    out += [NodeChange(p, n.id, ChangeKind.UPDATE_METADATA) for p, n in changes.updated.items()]
+    for path, node in changes.updated.items():
+        moved_from = changes.moved.get(path)
+        if moved_from is not None:
+            out.append(NodeChange(path, node.id, ChangeKind.MOVE_NODE, from_path=moved_from))
+        if moved_from is None or node.zarr_json != base_docs.get(node.id):
+            out.append(NodeChange(path, node.id, ChangeKind.UPDATE_METADATA))
     return out
 
 

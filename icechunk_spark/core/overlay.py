@@ -18,14 +18,22 @@ from .staged import read_staged
 
 
 def current_nodes(base: SnapshotView, changes: ChangeSet) -> dict[str, Node]:
-    """The node set after ``changes``: base nodes minus deleted, plus created and updated."""
-    nodes = {p: n for p, n in base.nodes.items() if p not in changes.deleted}
+    """The node set after ``changes``: base nodes minus deleted and moved away, plus created
+    and updated (moved ones included, at their new paths)."""
+    gone = changes.deleted.keys() | changes.moved_away()
+    nodes = {p: n for p, n in base.nodes.items() if p not in gone}
     for path, node in changes.updated.items():
-        old = nodes.get(path)
-        manifests = old.manifests if old is not None and old.id == node.id else node.manifests
-        nodes[path] = make_node(node.id, path, node.zarr_json, manifests)
+        nodes[path] = _with_committed_manifests(base, path, node)
     nodes.update(changes.created)
     return nodes
+
+
+def _with_committed_manifests(base: SnapshotView, path: str, node: Node) -> Node:
+    """An updated (or moved) node at ``path`` with the base's manifests of the same node: the
+    base may be newer than when the node was updated (a rebase), its refs are the base's."""
+    committed = base.committed(node)
+    manifests = committed.manifests if committed is not None else node.manifests
+    return make_node(node.id, path, node.zarr_json, manifests)
 
 
 def node_at(base: SnapshotView, changes: ChangeSet, path: str) -> Node:
@@ -46,11 +54,8 @@ def find_node_at(base: SnapshotView, changes: ChangeSet, path: str) -> Node | No
         if path in changes.created:
             return changes.created[path]
         if path in changes.updated:
-            node = changes.updated[path]
-            committed = base.nodes.get(path)
-            manifests = committed.manifests if committed else ()
-            return make_node(node.id, path, node.zarr_json, manifests)
-        if path in changes.deleted:
+            return _with_committed_manifests(base, path, changes.updated[path])
+        if path in changes.deleted or path in changes.moved_away():
             return None
     return base.nodes.get(path)
 
@@ -71,8 +76,8 @@ def chunk_ref(
         match = staged.filter(pc.equal(staged.column("coord"), pa.scalar(key, pa.binary())))
         if match.num_rows:
             return row_ref(match, match.num_rows - 1)  # the last staged row wins
-    committed = base.nodes.get(node.path)
-    if committed is None or committed.id != node.id:
+    committed = base.committed(node)
+    if committed is None:
         return None  # created (or re-created) in this session: the base's refs are not its
     return base.lookup(committed, coord, key)
 
@@ -99,8 +104,8 @@ def array_refs(
     """Every ref of array ``node``, committed and ours, sorted by coord."""
     assert node.meta is not None
     layers = []
-    committed = base.nodes.get(node.path)
-    if committed is not None and committed.id == node.id:
+    committed = base.committed(node)
+    if committed is not None:
         layers.extend(base.array_refs(committed))
     with changes.lock:
         ours = changes.chunks.get(node.id)

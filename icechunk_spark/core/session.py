@@ -9,6 +9,7 @@ from ..chunks.stats import (
     StatsLog,
 )
 from ..errors import InvalidInputError, ReadOnlyError
+from ..format.paths import normalize_path
 from ..progress import Progress
 from ..splitting import ManifestConfig
 from .base_session import BaseSession
@@ -18,6 +19,7 @@ from .conflicts import OnConflict
 from .fork_merge import merge_forks
 from .forks import ForkLedger, ForkSession, check_forks_merged, make_fork
 from .handle import RepoHandle
+from .moves import check_move, record_move
 from .snapshot import SnapshotView
 from .staged import StagedRefs
 from .staged_writes import PieceRunner
@@ -169,6 +171,26 @@ class Session(BaseSession):
             message, metadata or {}, on_conflict, once or {}, progress, piece_runner
         )
         return self.commit_with(options)
+
+    def move(self, src: str, dst: str) -> None:
+        """Move (or rename) the group or array at ``src`` to ``dst``, with everything below it.
+
+        Metadata only: the node keeps its id, and manifests hold refs by id, so no chunk or
+        manifest is copied or rewritten (``core/moves.py``). Chunks this session wrote to it
+        follow it. A concurrent commit that wrote chunks to the node rebases onto its new path;
+        one that changed its metadata, deleted it, moved it or created a node below its old
+        path is a ``ConflictError``.
+
+        Raises:
+            NotFoundError: nothing at ``src``, or no group to hold ``dst``.
+            AlreadyExistsError: a node is at ``dst`` already.
+            InvalidInputError: the root, into itself, or under an array.
+        """
+        self._require_writable()
+        src, dst = normalize_path(src), normalize_path(dst)
+        with self._changes.lock:
+            carried = check_move(self._nodes(), src, dst)
+            record_move(self._changes, self._base, carried, src, dst)
 
     def amend(self, message: str, metadata: Mapping[str, Any] | None = None) -> str:
         """Replace the branch tip (this session's base) with a snapshot holding it and this

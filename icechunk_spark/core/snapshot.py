@@ -233,6 +233,7 @@ class SnapshotView:
     ) -> None:
         self.snapshot_id = snapshot_id
         self.nodes = dict(nodes)
+        self._by_id = {n.id: n for n in self.nodes.values()}
         self._manifests = manifests
         self._indexes: dict[tuple[int, str], RefIndex] = {}
         self._lock = threading.Lock()
@@ -264,6 +265,11 @@ class SnapshotView:
             raise NotFoundError(
                 f"no group or array at {path!r} in snapshot {self.snapshot_id}"
             ) from None
+
+    def committed(self, node: Node) -> Node | None:
+        """This snapshot's version of ``node`` (the same node id, at whatever path: a session
+        may have moved it), or ``None`` when the node is new since."""
+        return self._by_id.get(node.id)
 
     def ref_index(self, node: Node, manifest: ManifestRef) -> RefIndex:
         key = (node.id, manifest.manifest_id)

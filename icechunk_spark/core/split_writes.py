@@ -38,8 +38,8 @@ def split_arrays(
         node = arrays.get(node_id)
         if node is None or node.meta is None:
             continue
-        base_node = base.nodes.get(node.path)
-        committed = base_node.ref_count if base_node is not None and base_node.id == node_id else 0
+        base_node = base.committed(node)
+        committed = base_node.ref_count if base_node is not None else 0
         array_changes = changes.chunks.get(node_id)
         estimate = committed + (len(array_changes) if array_changes is not None else 0)
         staged = changes.staged_refs(node_id)
@@ -65,8 +65,8 @@ def write_split_array(
     """Rewrite only the pieces the session touched; keep the others' manifests as they are."""
     assert node.meta is not None
     ndim, axis = node.meta.ndim, spec.axis
-    base_node = base.nodes.get(node.path)
-    pieces = base_node.manifests if base_node is not None and base_node.id == node.id else ()
+    base_node = base.committed(node)
+    pieces = base_node.manifests if base_node is not None else ()
     grid_shape = node.meta.grid_shape
     array_changes = changes.chunks.get(node.id)
     layers = (

@@ -47,8 +47,8 @@ class StagedReader:
         assert staged is not None and node.meta is not None
         ndim = node.meta.ndim
         layers: list[CoordRefs] = []
-        committed = self._base.nodes.get(node.path)
-        if committed is not None and committed.id == node.id:
+        committed = self._base.committed(node)
+        if committed is not None:
             layers.extend(CoordRefs(t, ndim) for t in self._base.array_refs(committed))
         drop = self._changes.staged_drop(node.id)
         committed_layers = len(layers)
@@ -121,8 +121,8 @@ def _staged_piece_tasks(
     staged = changes.staged_refs(node.id)
     assert staged is not None and node.meta is not None
     axis = spec.axis
-    base_node = base.nodes.get(node.path)
-    pieces = base_node.manifests if base_node is not None and base_node.id == node.id else ()
+    base_node = base.committed(node)
+    pieces = base_node.manifests if base_node is not None else ()
     touched = staged.pieces(axis, spec.chunks_per_split)
     grid_end = node.meta.grid_shape[axis]
     kept, rewritten = kept_pieces(pieces, spec, grid_end, touched, changes.repack_all)

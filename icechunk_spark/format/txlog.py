@@ -38,6 +38,8 @@ class ChangeKind(StrEnum):
     REPLACE_CHUNKS = "replace_chunks"  # all chunk refs replaced by attached manifests
     # chunks written somewhere in the entry's ``extent``, coords not listed (staged refs)
     WRITE_CHUNK_RANGE = "write_chunk_range"
+    # the node (same id, refs kept) now at ``path``, moved from ``from_path``
+    MOVE_NODE = "move_node"
 
     @classmethod
     def created(cls, node_type: str) -> ChangeKind:
@@ -57,6 +59,7 @@ class NodeChange:
     node_id: int
     kind: ChangeKind
     extent: Extent | None = None  # only for WRITE_CHUNK_RANGE
+    from_path: str | None = None  # only for MOVE_NODE
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,8 @@ def _node_entry(change: NodeChange) -> dict[str, object]:
     }
     if change.extent is not None:
         entry["extent"] = [list(dim) for dim in change.extent]
+    if change.from_path is not None:
+        entry["from"] = change.from_path
     return entry
 
 
@@ -108,7 +113,14 @@ def _node_change(entry: Mapping[str, Any]) -> NodeChange:
     raw_extent = entry.get("extent")
     extent = tuple((int(lo), int(hi)) for lo, hi in raw_extent) if raw_extent else None
     kind = ChangeKind(entry["kind"])
-    return NodeChange(str(entry["path"]), int(entry["node_id"]), kind, extent)
+    moved_from = entry.get("from")
+    return NodeChange(
+        str(entry["path"]),
+        int(entry["node_id"]),
+        kind,
+        extent,
+        str(moved_from) if moved_from is not None else None,
+    )
 
 
 def decode_txlog(data: bytes, name: str) -> TransactionLog:

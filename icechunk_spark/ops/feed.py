@@ -80,6 +80,7 @@ NODE_ROW_KINDS = frozenset(
         ChangeKind.NEW_ARRAY,
         ChangeKind.UPDATE_METADATA,
         ChangeKind.DELETE_NODE,
+        ChangeKind.MOVE_NODE,  # ``location``: the path it moved from
     }
 )
 _RANGE_KINDS = frozenset({ChangeKind.WRITE_CHUNK_RANGE, ChangeKind.REPLACE_CHUNKS})
@@ -294,6 +295,7 @@ def _node_rows(step: Step, log: TransactionLog, mine: Callable[[int], bool]) -> 
     columns = {
         "change": pa.array([str(c.kind) for c in entries], pa.string()),
         "path": pa.array([c.path for c in entries], pa.string()),
+        "location": pa.array([c.from_path for c in entries], pa.string()),
     }
     return _table(step, n, columns)
 

@@ -67,9 +67,10 @@ class Diff:
     nodes_deleted: tuple[str, ...] = ()
     nodes_updated: tuple[str, ...] = ()
     chunks_changed: Mapping[str, int] = field(default_factory=dict)
+    nodes_moved: Mapping[str, str] = field(default_factory=dict)  # old path -> new path
 
     def is_empty(self) -> bool:
-        nodes = self.nodes_added or self.nodes_deleted or self.nodes_updated
+        nodes = self.nodes_added or self.nodes_deleted or self.nodes_updated or self.nodes_moved
         return not (nodes or self.chunks_changed)
 
 
@@ -101,19 +102,33 @@ def diff(
 
     old_paths, new_paths = set(old.nodes), set(new.nodes)
     same_node = {p for p in old_paths & new_paths if old.nodes[p].id == new.nodes[p].id}
-    updated = {p for p in same_node if old.nodes[p].zarr_json != new.nodes[p].zarr_json}
+    # A node is the same node wherever it is (ids are never reused): at another path, moved.
+    new_by_id = {n.id: p for p, n in new.nodes.items()}
+    moved = {
+        p: new_by_id[n.id]
+        for p, n in old.nodes.items()
+        if p not in same_node and new_by_id.get(n.id, p) != p
+    }
+    pairs = {p: (old.nodes.get(p), new.nodes.get(p)) for p in old_paths | new_paths}
+    for was, now in moved.items():
+        pairs.pop(was, None)
+        pairs[now] = (old.nodes[was], new.nodes[now])
+    updated = {
+        p for p, (a, b) in pairs.items() if a and b and a.id == b.id and a.zarr_json != b.zarr_json
+    }
     chunks: dict[str, int] = {}
-    for path in sorted(old_paths | new_paths):
-        count = _chunks_changed(old, new, old.nodes.get(path), new.nodes.get(path))
+    for path, (a, b) in sorted(pairs.items()):
+        count = _chunks_changed(old, new, a, b)
         if count:
             chunks[path] = count
     return Diff(
         from_snapshot_id=old_id,
         to_snapshot_id=new_id,
-        nodes_added=tuple(sorted(new_paths - same_node)),
-        nodes_deleted=tuple(sorted(old_paths - same_node)),
+        nodes_added=tuple(sorted(new_paths - same_node - set(moved.values()))),
+        nodes_deleted=tuple(sorted(old_paths - same_node - set(moved))),
         nodes_updated=tuple(sorted(updated)),
         chunks_changed=chunks,
+        nodes_moved=dict(sorted(moved.items())),
     )
 
 
