@@ -7,10 +7,12 @@ sorted already (``CoordRefs.merge`` output) and the encoder does not sort millio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
+from dataclasses import replace
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..format.ids import new_object_id
 from ..format.keys import manifest_key
@@ -42,15 +44,25 @@ def write_packed_manifests(
     limit: int | None,
     written: list[str],
     progress: Progress | None,
+    carried: Carried | None = None,
 ) -> dict[int, list[ManifestRef]]:
     """Write the planned manifests, each array's refs (``refs_for``, sorted by coord) in it;
     at most ``limit`` at a time. Returns each array's new manifest refs; adds the keys written
-    to ``written``."""
+    to ``written``. Arrays in ``carried`` keep their rows of their one old manifest, taken in
+    bulk (a change to one of 5,760 small arrays sharing a manifest rewrites that manifest, but
+    must not rebuild 5,759 arrays' refs one by one)."""
 
     def write_one(manifest: PlannedManifest) -> list[tuple[int, ManifestRef]]:
         manifest_id = new_object_id()
         tables, out = [], []
-        for node_id in sorted(manifest.array_ids):
+        ids = sorted(manifest.array_ids)
+        kept = carried.take(ids, manifest_id, manifest.set_name) if carried else ([], [])
+        tables.extend(kept[0])
+        out.extend(kept[1])
+        done = {node_id for node_id, _ in kept[1]}
+        for node_id in ids:
+            if node_id in done:
+                continue
             refs = refs_for(node_id)
             if refs.num_rows == 0:
                 continue
@@ -58,10 +70,11 @@ def write_packed_manifests(
             ref = ManifestRef(manifest_id, refs.extent(), refs.num_rows, manifest.set_name)
             out.append((node_id, ref))
         if tables:
-            # Arrays in id order, each sorted by coord (merge_refs): already the manifest order.
-            data = encode_manifest(
-                pa.concat_tables(tables, promote_options="permissive"), presorted=True
-            )
+            table = pa.concat_tables(tables, promote_options="permissive")
+            if kept[0]:  # blocks of whole arrays: a stable sort by array keeps coord order
+                table = table.take(pc.sort_indices(table, [("array_id", "ascending")]))
+            # Arrays in id order, each sorted by coord (merge_refs): the manifest order.
+            data = encode_manifest(table, presorted=True)
             storage.put(manifest_key(manifest_id), data)
             written.append(manifest_key(manifest_id))
         return out
@@ -72,3 +85,37 @@ def write_packed_manifests(
         for node_id, ref in pairs:
             result.setdefault(node_id, []).append(ref)
     return result
+
+
+class Carried:
+    """Unchanged arrays whose refs all sit in one old manifest: their rows are copied from it
+    in one filter per old manifest, their manifest refs copied with the new manifest's id."""
+
+    def __init__(
+        self, refs: Mapping[int, ManifestRef], manifest_table: Callable[[str], pa.Table]
+    ) -> None:
+        self._refs = refs
+        self._table = manifest_table
+
+    def __bool__(self) -> bool:
+        return bool(self._refs)
+
+    def take(
+        self, node_ids: Sequence[int], manifest_id: str, set_name: str
+    ) -> tuple[list[pa.Table], list[tuple[int, ManifestRef]]]:
+        by_source: dict[str, list[int]] = {}
+        for node_id in node_ids:
+            old = self._refs.get(node_id)
+            if old is not None:
+                by_source.setdefault(old.manifest_id, []).append(node_id)
+        tables = []
+        for source, ids in by_source.items():
+            table = self._table(source)
+            wanted = pa.array(ids, pa.uint64())
+            tables.append(table.filter(pc.is_in(table.column("array_id"), wanted)))
+        refs = [
+            (i, replace(self._refs[i], manifest_id=manifest_id, set_name=set_name))
+            for ids in by_source.values()
+            for i in ids
+        ]
+        return tables, refs

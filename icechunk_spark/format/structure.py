@@ -7,6 +7,7 @@ and the manifests holding the array's chunk refs with their extents and ref coun
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -243,6 +244,18 @@ def encode_structure(
     return table_to_parquet(table), attrs_bytes, assigned
 
 
+def _fill_json(value: Any) -> str:
+    """``json.dumps`` of a fill value; the few scalar ones every array shares are cached."""
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return _scalar_fill_json(value, type(value).__name__)
+    return json.dumps(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _scalar_fill_json(value: Any, kind: str) -> str:  # kind: 0, 0.0 and False hash alike
+    return json.dumps(value)
+
+
 def _structure_row(node: Node, attrs_ref: AttrsRef | None) -> dict[str, Any]:
     meta = node.meta
     return {
@@ -254,7 +267,7 @@ def _structure_row(node: Node, attrs_ref: AttrsRef | None) -> dict[str, Any]:
         else {
             "shape": list(meta.shape),
             "data_type": meta.data_type,
-            "fill_value": json.dumps(meta.fill_value),
+            "fill_value": _fill_json(meta.fill_value),
             "dimension_names": list(meta.dimension_names)
             if meta.dimension_names is not None
             else None,

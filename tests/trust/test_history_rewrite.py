@@ -6,6 +6,7 @@ follows, or a rewrite slipping past a commit, an expiry or a GC that ran between
 from __future__ import annotations
 
 import threading
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,19 +20,32 @@ from icechunk_spark import (
     RewriteRefusedError,
 )
 from icechunk_spark.format.keys import chunk_key, txlog_key
+from icechunk_spark.storage import open_storage
+from tests.support.faults import FaultyStorage
 from tests.support.helpers import cutoff_after_writes, make_array
 from tests.trust.conftest import create
 
 SECRET = np.full(4, 666, dtype="int32")  # 16 bytes: stored as a chunk file, not inline
 
 
-@pytest.fixture
-def repo(faulty) -> Repository:
-    repo = create(faulty, config={"inline_chunk_threshold_bytes": 0})
+def with_array(storage: Any) -> Repository:
+    repo = create(storage, config={"inline_chunk_threshold_bytes": 0})
     session = repo.writable_session("main")
     make_array(session, "/a", shape=(16,), chunks=(4,))
     session.commit("array")
     return repo
+
+
+@pytest.fixture
+def repo(faulty) -> Repository:
+    """On every backend: for the races, and the GC that must find what a rewrite freed."""
+    return with_array(faulty)
+
+
+@pytest.fixture
+def mem() -> Repository:
+    """In memory: for the rules, which no backend changes (the suite's time goes to races)."""
+    return with_array(FaultyStorage(open_storage(f"memory://{uuid.uuid4().hex}")))
 
 
 def write(repo: Repository, chunks: dict[int, int], message: str, **kw: Any) -> str:
@@ -78,7 +92,8 @@ def in_thread(target: Any) -> tuple[threading.Thread, list[Any]]:
 
 
 # -- amend -----------------------------------------------------------------------------------
-def test_amend_replaces_the_tip_with_it_and_the_changes(repo):
+def test_amend_replaces_the_tip_with_it_and_the_changes(mem):
+    repo = mem
     tip = write(repo, {0: 1}, "one")
     parent = repo.lookup_snapshot(tip).parent_id
     session = repo.writable_session("main")
@@ -91,7 +106,8 @@ def test_amend_replaces_the_tip_with_it_and_the_changes(repo):
     assert contents(repo, amended) == {0: 1, 1: 2}
 
 
-def test_amend_refuses_a_tip_held_by_a_tag_or_branch_or_history(repo):
+def test_amend_refuses_a_tip_held_by_a_tag_or_branch_or_history(mem):
+    repo = mem
     tip = write(repo, {0: 1}, "one")
     for hold, release in (
         (lambda: repo.create_tag("v1", tip), lambda: repo.delete_tag("v1")),
@@ -115,8 +131,8 @@ def test_amend_refuses_a_tip_held_by_a_tag_or_branch_or_history(repo):
     assert repo.lookup_branch("main") == tip
 
 
-def test_amend_refuses_the_first_snapshot(faulty):
-    repo = create(faulty)
+def test_amend_refuses_the_first_snapshot():
+    repo = create(FaultyStorage(open_storage(f"memory://{uuid.uuid4().hex}")))
     session = repo.writable_session("main")
     make_array(session, "/a", shape=(4,), chunks=(4,))
     with pytest.raises(RewriteRefusedError, match="first"):
@@ -140,7 +156,8 @@ def test_amend_when_the_tip_moved_is_refused_not_rebased(repo, faulty):
     assert messages(repo) == ["landed meanwhile", "one", "array", "Repository initialized"]
 
 
-def test_a_writer_below_the_amended_tip_still_meets_its_changes(repo):
+def test_a_writer_below_the_amended_tip_still_meets_its_changes(mem):
+    repo = mem
     below = repo.writable_session("main")  # based on the parent of what becomes the tip
     write(repo, {0: 1}, "one")
     amend = repo.writable_session("main")
@@ -156,7 +173,8 @@ def test_a_writer_below_the_amended_tip_still_meets_its_changes(repo):
     assert contents(repo, landed) == {0: 1, 1: 2, 2: 5, 3: 4}
 
 
-def test_a_writer_on_the_replaced_tip_gets_a_conflict(repo):
+def test_a_writer_on_the_replaced_tip_gets_a_conflict(mem):
+    repo = mem
     write(repo, {0: 1}, "one")
     stale = repo.writable_session("main")
     amend = repo.writable_session("main")
@@ -168,7 +186,8 @@ def test_a_writer_on_the_replaced_tip_gets_a_conflict(repo):
     assert repo.lookup_branch("main") == amended
 
 
-def test_an_amended_once_commit_still_lands_once(repo):
+def test_an_amended_once_commit_still_lands_once(mem):
+    repo = mem
     write(repo, {0: 1}, "batch 7", once={"stream": "q", "batch": 7})
     session = repo.writable_session("main")
     session.set_chunk_values("/a", (1,), np.full(4, 2, dtype="int32"))
@@ -178,13 +197,22 @@ def test_an_amended_once_commit_still_lands_once(repo):
 
 
 # -- squash ----------------------------------------------------------------------------------
-@pytest.fixture
-def leaked(repo) -> tuple[Repository, list[str]]:
+def leak(repo: Repository) -> tuple[Repository, list[str]]:
     """main: array, secret written (A), secret overwritten (B), more (C)."""
     a = write(repo, {0: 666, 1: 1}, "A: a secret", once={"job": "a"})
     b = write(repo, {0: 7}, "B: the secret overwritten")
     c = write(repo, {2: 3}, "C: more")
     return repo, [a, b, c]
+
+
+@pytest.fixture
+def leaked(repo) -> tuple[Repository, list[str]]:
+    return leak(repo)
+
+
+@pytest.fixture
+def leaked_mem(mem) -> tuple[Repository, list[str]]:
+    return leak(mem)
 
 
 def secret_chunk_ids(repo: Repository, snapshot_id: str) -> set[str]:
@@ -209,14 +237,15 @@ def test_squash_then_gc_deletes_the_secret_and_every_snapshot_reads(leaked, back
     assert repo.storage.exists(txlog_key(squashed))
 
 
-def test_squash_carries_once_marks(leaked):
-    repo, (a, b, _) = leaked
+def test_squash_carries_once_marks(leaked_mem):
+    repo, (a, b, _) = leaked_mem
     repo.squash("main", a, b, "A+B")
     with pytest.raises(AlreadyCommittedError):
         write(repo, {3: 1}, "job a again", once={"job": "a"})
 
 
-def test_a_writer_below_the_squashed_range_meets_its_changes(repo):
+def test_a_writer_below_the_squashed_range_meets_its_changes(mem):
+    repo = mem
     below = repo.writable_session("main")
     a = write(repo, {0: 1}, "A")
     b = write(repo, {1: 2}, "B")
@@ -227,8 +256,8 @@ def test_a_writer_below_the_squashed_range_meets_its_changes(repo):
 
 
 @pytest.mark.parametrize("holder", ["tag", "branch", "history"])
-def test_squash_refuses_a_range_another_ref_holds(leaked, holder):
-    repo, (a, b, _) = leaked
+def test_squash_refuses_a_range_another_ref_holds(leaked_mem, holder):
+    repo, (a, b, _) = leaked_mem
     if holder == "tag":
         repo.create_tag("audit", a)
     elif holder == "branch":
@@ -245,8 +274,8 @@ def test_squash_refuses_a_range_another_ref_holds(leaked, holder):
     assert messages(repo)[0] == "C: more"
 
 
-def test_squash_refuses_ranges_that_are_not_the_branch(leaked):
-    repo, (a, b, c) = leaked
+def test_squash_refuses_ranges_that_are_not_the_branch(leaked_mem):
+    repo, (a, b, c) = leaked_mem
     first = list(repo.ancestry())[-1].id
     with pytest.raises(RewriteRefusedError, match="newer"):
         repo.squash("main", b, a, "backwards")

@@ -5,12 +5,15 @@ commits and a commit racing it cannot slip past."""
 from __future__ import annotations
 
 import threading
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
 
 from icechunk_spark import InvalidInputError, Repository, RepositoryReadOnlyError
+from icechunk_spark.storage import open_storage
+from tests.support.faults import FaultyStorage
 from tests.support.helpers import make_array
 from tests.trust.conftest import create
 
@@ -105,8 +108,8 @@ def test_the_status_is_stored_in_the_state_and_read_by_every_handle(faulty):
         ("read-only", " ", "reason"),
     ],
 )
-def test_bad_status_input_is_refused_and_changes_nothing(faulty, availability, reason, match):
-    repo = create(faulty)
+def test_bad_status_input_is_refused_and_changes_nothing(availability, reason, match):
+    repo = create(FaultyStorage(open_storage(f"memory://{uuid.uuid4().hex}")))
     generation = repo.state().generation
     with pytest.raises(InvalidInputError, match=match):
         repo.set_status(availability, reason)  # type: ignore[arg-type]

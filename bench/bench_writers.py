@@ -1,0 +1,150 @@
+"""Dozens of writers on one branch (icechunk#1012, #1205: 100 writers took up to 20 s, some stuck
+in rebase loops): N processes x M commits, each to its own chunks of one array; beside
+Icechunk in the same run, local disk.
+
+    .venv/bin/python bench/bench_writers.py [--writers 32] [--commits 4]
+
+Every process opens the repository, says it is ready, and starts when all are (a file the
+orchestrator creates). The table: commits that landed, writers that gave up, time from the
+start to the last landing, commit latency p50/p99 (a new session, one chunk written, the
+commit with its rebases), the share of commits that rebased, and whether the final array holds
+every writer's chunks. Icechunk runs in bench/.venv312 (`make bench`), committing with
+``rebase_with=ConflictDetector()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+SIDE = HERE / "writers_side.py"
+ICECHUNK_PYTHON = HERE / ".venv312" / "bin" / "python"
+CREATE = """
+import sys, numpy as np, zarr
+system, location, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if system == "icechunk":
+    import icechunk as ic
+    repo = ic.Repository.create(ic.local_filesystem_storage(location))
+else:
+    from pathlib import Path
+    from icechunk_spark import Repository
+    repo = Repository.create(Path(location).as_uri())
+session = repo.writable_session("main")
+zarr.create_array(session.store, name="w", shape=(size,), chunks=(10,), dtype="int32")
+session.commit("the array")
+"""
+READ = """
+import json, sys, zarr
+system, location = sys.argv[1], sys.argv[2]
+if system == "icechunk":
+    import icechunk as ic
+    repo = ic.Repository.open(ic.local_filesystem_storage(location))
+    history = [s.id for s in repo.ancestry(branch="main")]
+else:
+    from pathlib import Path
+    from icechunk_spark import Repository
+    repo = Repository.open(Path(location).as_uri())
+    history = [s.id for s in repo.ancestry(branch="main")]
+values = zarr.open_array(repo.readonly_session(branch="main").store, path="w", mode="r")[:]
+print(json.dumps({"history": history, "values": values.tolist()}))
+"""
+
+
+def run_system(python: Path | str, system: str, writers: int, commits: int) -> list[Any]:
+    location = tempfile.mkdtemp(prefix=f"bench-writers-{system}-")
+    size = writers * commits * 10
+    subprocess.run([str(python), "-c", CREATE, system, location, str(size)], check=True)
+    go = Path(location + ".go")
+    procs = [
+        subprocess.Popen(
+            [
+                str(python),
+                str(SIDE),
+                "--system",
+                system,
+                "--location",
+                location,
+                "--worker",
+                str(w),
+                "--commits",
+                str(commits),
+                "--go",
+                str(go),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for w in range(writers)
+    ]
+    while len(list(go.parent.glob(go.name + ".ready-*"))) < writers:
+        if any(p.poll() not in (None, 0) for p in procs):
+            raise SystemExit(f"{system}: a writer failed to start")
+        time.sleep(0.05)
+    start = time.perf_counter()
+    go.touch()
+    results = [json.loads(p.communicate()[0]) for p in procs]
+    seconds = time.perf_counter() - start
+    read = subprocess.run(
+        [str(python), "-c", READ, system, location], capture_output=True, text=True, check=True
+    )
+    final = json.loads(read.stdout)
+    ids = [i for r in results for i in r["ids"]]
+    in_history = set(final["history"])
+    latencies = np.array([t for r in results for t in r["latency_s"]])
+    rebased = [b for r in results for b in r["rebased"]]
+    expected = np.repeat(np.arange(1, writers * commits + 1), 10).tolist()
+    return [
+        system,
+        f"{writers} x {commits}",
+        sum(1 for i in ids if i in in_history),
+        sum(1 for r in results if r["gave_up"]),
+        seconds,
+        float(np.percentile(latencies, 50)) if len(latencies) else float("nan"),
+        float(np.percentile(latencies, 99)) if len(latencies) else float("nan"),
+        f"{sum(rebased)}/{len(rebased)}",
+        final["values"] == expected,
+        sorted({r["gave_up"] for r in results if r["gave_up"]}),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--writers", type=int, default=32)
+    parser.add_argument("--commits", type=int, default=4)
+    args = parser.parse_args()
+    rows = [run_system(sys.executable, "ours", args.writers, args.commits)]
+    if ICECHUNK_PYTHON.exists():
+        rows.append(run_system(ICECHUNK_PYTHON, "icechunk", args.writers, args.commits))
+    header = [
+        "system",
+        "writers",
+        "landed",
+        "gave up",
+        "to last s",
+        "p50 s",
+        "p99 s",
+        "rebased",
+        "all chunks",
+    ]
+    print(f"\n{args.writers} writers x {args.commits} commits to one branch, local disk")
+    print("  ".join(f"{h:>10}" for h in header))
+    for row in rows:
+        cells = row[:-1]
+        print("  ".join(f"{v:>10.3f}" if isinstance(v, float) else f"{v!s:>10}" for v in cells))
+    for row in rows:
+        for reason in row[-1]:
+            print(f"{row[0]}: a writer gave up: {reason}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""One writer process of bench_writers.py: ``--commits`` commits to ``main``, each to a chunk
+of ``/w`` no other writer touches, as soon as the orchestrator says go; prints JSON.
+
+Runs with either system's interpreter (Icechunk's needs bench/.venv312). Each commit is a
+new session from the branch tip, one chunk written through zarr, and the system's own commit
+call with its own rebase on a moved branch (ours: always; Icechunk: ``rebase_with``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+
+def open_repo(system: str, location: str) -> Any:
+    if system == "icechunk":
+        import icechunk as ic
+
+        return ic.Repository.open(ic.local_filesystem_storage(location))
+    from icechunk_spark import Repository
+
+    return Repository.open(Path(location).as_uri())
+
+
+def commit(system: str, session: Any, message: str) -> str:
+    if system == "icechunk":
+        import icechunk as ic
+
+        return str(session.commit(message, rebase_with=ic.ConflictDetector()))
+    return str(session.commit(message))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--system", choices=["ours", "icechunk"], required=True)
+    parser.add_argument("--location", required=True, help="the repository's folder")
+    parser.add_argument("--worker", type=int, required=True)
+    parser.add_argument("--commits", type=int, default=4)
+    parser.add_argument("--go", required=True, help="start once this file exists")
+    args = parser.parse_args()
+    repo = open_repo(args.system, args.location)
+    Path(f"{args.go}.ready-{args.worker}").touch()
+    while not Path(args.go).exists():
+        time.sleep(0.001)
+    out: dict[str, Any] = {"ids": [], "latency_s": [], "rebased": [], "gave_up": None}
+    try:
+        for k in range(args.commits):
+            t0 = time.perf_counter()
+            session = repo.writable_session("main")
+            base = str(session.snapshot_id)
+            chunk = args.worker * args.commits + k
+            array = zarr.open_array(session.store, path="w", mode="r+")
+            array[chunk * 10 : (chunk + 1) * 10] = np.full(10, chunk + 1, dtype="int32")
+            landed = commit(args.system, session, f"worker {args.worker} commit {k}")
+            out["latency_s"].append(time.perf_counter() - t0)
+            out["ids"].append(landed)
+            parent = repo.lookup_snapshot(landed).parent_id
+            out["rebased"].append(str(parent) != base)
+    except Exception as exc:  # a writer that gave up: the table says so
+        out["gave_up"] = f"{type(exc).__name__}: {exc}"[:300]
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
