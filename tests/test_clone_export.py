@@ -20,15 +20,7 @@ from icechunk_spark.ops.clone import COPIED_PREFIXES, clone, copy_objects
 from icechunk_spark.storage import Storage, open_storage
 
 from .conftest import Backend, _make_backend
-
-
-def cli(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "icechunk_spark.cli", *args], capture_output=True, text=True
-    )
-    if ok:
-        assert proc.returncode == 0, proc.stderr
-    return proc
+from .test_cli import run as cli
 
 
 def storage_of(backend: Backend) -> Storage:

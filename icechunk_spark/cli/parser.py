@@ -28,6 +28,11 @@ def days_arg(text: str) -> float:
     return value
 
 
+def add_storage_options(parser: argparse.ArgumentParser, flag: str, help_text: str) -> None:
+    """A repeatable ``KEY=VALUE`` storage option (``parse_storage_options`` reads them)."""
+    parser.add_argument(flag, action="append", default=[], metavar="KEY=VALUE", help=help_text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -35,12 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="repository URL: file:///path, s3://, gs:// or az://container/prefix, https:// "
         "(read-only)",
     )
-    common.add_argument(
+    add_storage_options(
+        common,
         "--storage-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="storage option (repeatable), e.g. endpoint_url=http://127.0.0.1:9000",
+        "storage option (repeatable), e.g. endpoint_url=http://127.0.0.1:9000",
     )
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
@@ -129,13 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = add(name, handler, help_text)
         p.add_argument("dest", help="where to: a URL or path, as for the repository")
-        p.add_argument(
-            "--dest-option",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="storage option of DEST (repeatable)",
-        )
+        add_storage_options(p, "--dest-option", "storage option of DEST (repeatable)")
         p.add_argument("--workers", type=int, default=16, help="parallel copies (default 16)")
         if name == "export":
             p.add_argument(
