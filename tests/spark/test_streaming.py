@@ -297,7 +297,7 @@ def test_a_killed_driver_restarted_from_its_checkpoint_appends_every_batch_exact
         return bool(stream_commits(repo)) and series(repo).shape == expected.shape
 
     kills = forced_replays = 0
-    for round_number in range(3):
+    for round_number in range(2):  # two kills: each driver start costs ~30 s of CI
         if all_landed():
             break
         seen = len(stream_commits(repo))
