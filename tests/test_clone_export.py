@@ -210,6 +210,12 @@ def test_export_refuses_virtual_chunks_unless_materialized(tmp_path: Path) -> No
 
     exported = zarr.open_array(zarr.storage.LocalStore(tmp_path / "out", read_only=True), path="v")
     assert exported[:].tolist() == list(np.arange(8.0))
+    by_cli = tmp_path / "by-cli"
+    refused = cli("export", repo.storage.url, by_cli.as_uri(), ok=False)
+    assert refused.returncode == 1 and "--materialize" in refused.stderr
+    cli("export", repo.storage.url, by_cli.as_uri(), "--materialize", "--authorize", container)
+    again = zarr.open_array(zarr.storage.LocalStore(by_cli, read_only=True), path="v")
+    assert again[:].tolist() == list(np.arange(8.0))
 
 
 def test_export_refuses_a_destination_holding_a_store(tmp_path: Path) -> None:

@@ -141,6 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "--materialize", action="store_true", help="copy virtual chunks' bytes too"
             )
+            p.add_argument(
+                "--authorize",
+                action="append",
+                default=[],
+                metavar="PREFIX",
+                help="a virtual chunk container to read from, for --materialize (repeatable)",
+            )
     p = add("status", c.cmd_status, "show the repository's status, or set it (read-only, online)")
     p.add_argument("--set", dest="availability", choices=["online", "read-only"])
     p.add_argument("--reason", default="", help="why it is read-only: writers refuse with it")

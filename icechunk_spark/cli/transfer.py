@@ -8,8 +8,9 @@ from typing import Any
 
 from ..export import export_zarr
 from ..ops.clone import clone
+from ..repository import Repository
 from ..storage import open_storage, parse_storage_options
-from .commands import open_repo, session_at
+from .commands import session_at
 from .output import progress_bars
 
 
@@ -29,7 +30,12 @@ def cmd_clone(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_export(args: argparse.Namespace) -> dict[str, Any]:
-    session = session_at(open_repo(args), args.ref)
+    repo = Repository.open(
+        args.url,
+        storage_options=parse_storage_options(args.storage_option),
+        authorize_virtual=args.authorize or None,
+    )
+    session = session_at(repo, args.ref)
     summary = export_zarr(
         session,
         destination(args),
