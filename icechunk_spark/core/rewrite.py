@@ -33,6 +33,7 @@ from ..format.keys import txlog_key
 from ..format.state import Ref, SnapshotInfo, State, union_marks
 from ..format.txlog import ChangeKind, NodeChange, decode_txlog, encode_txlog
 from ..storage import Storage
+from .branches import walk
 
 
 def run_below(state: State, branch: str, newest: str, oldest: str) -> list[str]:
@@ -44,11 +45,7 @@ def run_below(state: State, branch: str, newest: str, oldest: str) -> list[str]:
             ``newest``, or ``oldest`` is the repository's first snapshot (nothing to hang the
             replacement from).
     """
-    line: list[str] = []
-    cursor: str | None = state.branch(branch).snapshot_id
-    while cursor is not None and cursor in state.snapshots:
-        line.append(cursor)
-        cursor = state.snapshots[cursor].parent_id
+    line = [info.id for info in walk(state, state.branch(branch).snapshot_id)]
     if newest not in line or oldest not in line:
         missing = newest if newest not in line else oldest
         raise RewriteRefusedError(f"snapshot {missing} is not in the history of {branch!r}")
@@ -86,11 +83,11 @@ def check_unheld(state: State, branch: str, replaced: Collection[str]) -> None:
 
 def _child_on_line(state: State, branch: str, replaced: Collection[str]) -> str | None:
     """The snapshot just above the replaced run on ``branch`` (``None``: the run is the tip)."""
-    cursor: str | None = state.branch(branch).snapshot_id
     child = None
-    while cursor is not None and cursor not in replaced:
-        child = cursor
-        cursor = state.snapshots[cursor].parent_id if cursor in state.snapshots else None
+    for info in walk(state, state.branch(branch).snapshot_id):
+        if info.id in replaced:
+            break
+        child = info.id
     return child
 
 
