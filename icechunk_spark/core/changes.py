@@ -258,18 +258,14 @@ class ChangeSet:
 
     def forget(self, node: Node, base: Node | None) -> None:
         """Delete ``node`` and its chunk changes; ``base``: its node in the base snapshot."""
-        if node.path in self.moved:  # a node moved, then deleted: delete it where it was
-            assert base is not None
-            self.moved.pop(node.path)
-            self.updated.pop(node.path, None)
-            self.chunks.pop(node.id, None)
-            self.deleted[base.path] = base
-            return
         self.updated.pop(node.path, None)
         self.chunks.pop(node.id, None)
         self.staged.pop(node.id, None)
         self.staged_drops.pop(node.id, None)
-        if self.created.pop(node.path, None) is None:
+        if self.moved.pop(node.path, None) is not None:
+            assert base is not None
+            self.deleted[base.path] = base  # moved, then deleted: deleted where it was
+        elif self.created.pop(node.path, None) is None:
             assert base is not None
             self.deleted[node.path] = base
 
