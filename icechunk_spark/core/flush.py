@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 
 from ..format.ids import new_object_id
-from ..format.keys import attributes_key, structure_key, txlog_key
+from ..format.keys import MANIFESTS_PREFIX, attributes_key, object_id, structure_key, txlog_key
 from ..format.manifest import attach_stats
 from ..format.structure import ManifestRef, Node, encode_structure
 from ..format.txlog import ChangeKind, NodeChange, chunk_changes, encode_txlog
@@ -26,7 +26,7 @@ from ..splitting import ArrayStats, ExistingManifest, ManifestConfig, plan_manif
 from ..storage import Storage
 from .changes import ChangeSet
 from .coord_refs import CoordRefs
-from .manifest_writes import Carried, write_packed_manifests
+from .manifest_writes import Carried, DeferredPuts, write_packed_manifests
 from .overlay import current_nodes
 from .snapshot import SnapshotView
 from .split_writes import split_arrays, write_split_array
@@ -39,6 +39,9 @@ from .staged_writes import (
 )
 
 __all__ = ["BuiltSnapshot", "build_snapshot"]
+
+# Manifests up to this many bytes in all are written with the structure file, in one round.
+DEFERRED_MANIFEST_BYTES = 8 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +92,9 @@ def build_snapshot(
     refs_for = _refs_source(base, arrays, merged, StagedReader(storage, base, changes))
     limit = STAGED_CONCURRENCY if changes.staged else None
     carried = Carried(_carried(base, arrays, merged, changes), base.manifest)
+    deferred = DeferredPuts(DEFERRED_MANIFEST_BYTES)
     new_refs = write_packed_manifests(
-        storage, pool, plan.new_manifests, refs_for, limit, written, progress, carried
+        storage, pool, plan.new_manifests, refs_for, limit, written, progress, carried, deferred
     )
     staged_splits = {i: spec for i, spec in splits.items() if i in changes.staged}
     if staged_splits:
@@ -131,11 +135,17 @@ def build_snapshot(
     txlog = encode_txlog(
         _node_changes(changes, arrays, base_docs), _chunk_change_tables(changes, arrays)
     )
-    objects = [(structure_key(structure_id), structure), (txlog_key(snapshot_id), txlog)]
+    objects = [
+        *deferred.objects,
+        (structure_key(structure_id), structure),
+        (txlog_key(snapshot_id), txlog),
+    ]
     if attrs is not None:
         objects.append((attributes_key(attrs_id), attrs))
     list(pool.map(lambda kv: storage.put(*kv), objects))
-    written.extend(k for k, _ in objects)
+    for key, data in deferred.objects:
+        base.manifest_cache.remember(object_id(key, MANIFESTS_PREFIX), data)
+    written.extend(k for k, _ in objects[len(deferred.objects) :])  # manifests are listed
     return BuiltSnapshot(snapshot_id, structure_id, final, tuple(written))
 
 

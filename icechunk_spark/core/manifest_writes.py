@@ -7,6 +7,7 @@ sorted already (``CoordRefs.merge`` output) and the encoder does not sort millio
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import replace
@@ -45,12 +46,14 @@ def write_packed_manifests(
     written: list[str],
     progress: Progress | None,
     carried: Carried | None = None,
+    deferred: DeferredPuts | None = None,
 ) -> dict[int, list[ManifestRef]]:
     """Write the planned manifests, each array's refs (``refs_for``, sorted by coord) in it;
     at most ``limit`` at a time. Returns each array's new manifest refs; adds the keys written
     to ``written``. Arrays in ``carried`` keep their rows of their one old manifest, taken in
     bulk (a change to one of 5,760 small arrays sharing a manifest rewrites that manifest, but
-    must not rebuild 5,759 arrays' refs one by one)."""
+    must not rebuild 5,759 arrays' refs one by one). Small manifests go to ``deferred``, to be
+    written with the structure file in one round."""
 
     def write_one(manifest: PlannedManifest) -> list[tuple[int, ManifestRef]]:
         manifest_id = new_object_id()
@@ -75,8 +78,10 @@ def write_packed_manifests(
                 table = table.take(pc.sort_indices(table, [("array_id", "ascending")]))
             # Arrays in id order, each sorted by coord (merge_refs): the manifest order.
             data = encode_manifest(table, presorted=True)
-            storage.put(manifest_key(manifest_id), data)
-            written.append(manifest_key(manifest_id))
+            key = manifest_key(manifest_id)
+            if deferred is None or not deferred.take(key, data):
+                storage.put(key, data)
+            written.append(key)
         return out
 
     result: dict[int, list[ManifestRef]] = {}
@@ -85,6 +90,30 @@ def write_packed_manifests(
         for node_id, ref in pairs:
             result.setdefault(node_id, []).append(ref)
     return result
+
+
+class DeferredPuts:
+    """Objects to write later, in one parallel round with others, up to ``budget`` bytes.
+
+    A small commit writes a manifest, then the structure file and transaction log that name
+    it; nothing needs the manifest written before the state file swap, so writing all of them
+    at once saves a storage round trip (the latency that counts on object storage). The budget
+    bounds the memory held back for big commits, whose manifests are written as they come.
+    """
+
+    def __init__(self, budget: int) -> None:
+        self._budget = budget
+        self._lock = threading.Lock()
+        self.objects: list[tuple[str, bytes]] = []
+
+    def take(self, key: str, data: bytes) -> bool:
+        """Hold ``data`` back for ``key``; ``False`` when it does not fit the budget."""
+        with self._lock:
+            if len(data) > self._budget:
+                return False
+            self._budget -= len(data)
+            self.objects.append((key, data))
+            return True
 
 
 class Carried:

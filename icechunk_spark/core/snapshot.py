@@ -121,6 +121,11 @@ class ManifestCache:
         """The whole manifest, decoded."""
         return self._tables.get(manifest_id, lambda: self._decode(manifest_id))
 
+    def remember(self, manifest_id: str, data: bytes) -> None:
+        """Keep the bytes of a manifest this process just wrote: the next commit on the branch
+        rewrites it, and would otherwise read back what it already had (a round trip)."""
+        self._files.get(manifest_id, lambda: ManifestFile(data, manifest_key(manifest_id)))
+
     def is_cached(self, manifest_id: str) -> bool:
         """Whether the whole manifest is decoded (or being decoded) already."""
         return manifest_id in self._tables
@@ -235,6 +240,7 @@ class SnapshotView:
         self.nodes = dict(nodes)
         self._by_id = {n.id: n for n in self.nodes.values()}
         self._manifests = manifests
+        self.manifest_cache = manifests
         self._indexes: dict[tuple[int, str], RefIndex] = {}
         self._lock = threading.Lock()
 

@@ -7,6 +7,7 @@ the latest. Encoding is pure: values in, bytes out, and back.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -223,7 +224,31 @@ def _encode_snapshot(s: SnapshotInfo) -> dict[str, Any]:
 
 
 def decode_state(data: bytes, name: str) -> State:
-    """Decode a state file; ``name`` (its key) goes into every error message."""
+    """Decode a state file; ``name`` (its key) goes into every error message.
+
+    The last few decodings are kept by their bytes: every commit and session start reads the
+    hint, which mostly holds the state read last time, and its JSON lists every snapshot
+    (a tenth of a small commit's time after a few hundred commits). ``State`` is frozen and
+    nothing changes its mappings in place, so sharing one is safe.
+    """
+    cached = _DECODED.get(data)
+    if cached is not None:
+        return cached
+    state = _decode_state(data, name)
+    with _DECODED_LOCK:  # sessions commit from many threads (Spark's driver, Dask)
+        if len(_DECODED) >= _DECODED_MAX:
+            del _DECODED[next(iter(_DECODED))]  # the oldest: dicts keep insertion order
+        _DECODED[data] = state
+    return state
+
+
+# A handful: the hint and the newest state files of the repositories a process has open.
+_DECODED_MAX = 8
+_DECODED: dict[bytes, State] = {}
+_DECODED_LOCK = threading.Lock()
+
+
+def _decode_state(data: bytes, name: str) -> State:
     try:
         doc = json.loads(data)
         version = int(doc.get("format_version", FORMAT_VERSION))

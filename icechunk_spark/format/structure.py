@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import FormatError, InvalidInputError
-from .parquet import parquet_to_table, table_to_parquet
+from .parquet import parquet_to_table, small_table_to_parquet, table_to_parquet
 
 NodeType = Literal["group", "array"]
 Extent = tuple[tuple[int, int], ...]
@@ -241,7 +241,7 @@ def encode_structure(
             schema=ATTRIBUTES_SCHEMA,
         )
         attrs_bytes = table_to_parquet(attrs_table)
-    return table_to_parquet(table), attrs_bytes, assigned
+    return small_table_to_parquet(table), attrs_bytes, assigned
 
 
 def _fill_json(value: Any) -> str:

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import FormatError
-from .parquet import parquet_to_table, table_to_parquet
+from .parquet import parquet_to_table, small_table_to_parquet
 
 CHUNK_CHANGES_SCHEMA = pa.schema(
     [
@@ -93,7 +93,7 @@ def encode_txlog(nodes: Iterable[NodeChange], chunks: Iterable[pa.Table]) -> byt
     tables = [t for t in chunks if t.num_rows]
     table = pa.concat_tables(tables) if tables else CHUNK_CHANGES_SCHEMA.empty_table()
     table = table.replace_schema_metadata({"icechunk.nodes": json.dumps(node_list)})
-    return table_to_parquet(table)
+    return small_table_to_parquet(table)
 
 
 def _node_entry(change: NodeChange) -> dict[str, object]:

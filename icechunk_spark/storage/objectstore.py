@@ -46,6 +46,8 @@ class ObjectStorage(Storage):
     gone_on_delete: ClassVar[tuple[type[BaseException], ...]] = ()
     # Whether a listing answered 404 lists nothing (else the cloud says what is missing).
     empty_listing_404: ClassVar[bool] = True
+    # Extra cat_file arguments of a read.
+    read_options: ClassVar[Mapping[str, Any]] = {}
 
     prefix: str
     options: dict[str, Any]
@@ -82,7 +84,8 @@ class ObjectStorage(Storage):
     def _read(self, key: str, start: int | None, end: int | None) -> bytes:
         def read() -> bytes:
             try:
-                return bytes(self.fs.cat_file(self._path(key), start=start, end=end))
+                path = self._path(key)
+                return bytes(self.fs.cat_file(path, start=start, end=end, **self.read_options))
             except Exception as exc:
                 # 416: the range starts at or past the end of an object that exists. Clipped
                 # to the object, that range holds no bytes (as on every backend).

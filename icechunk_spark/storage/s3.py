@@ -41,6 +41,10 @@ class S3Storage(ObjectStorage):
     mtime_key = "LastModified"
     create_exclusive: ClassVar[Mapping[str, Any]] = {"mode": "create"}  # If-None-Match: *
     delete_batch = 1000  # S3 DeleteObjects takes at most 1,000 keys
+    # One GET per read. With more, s3fs sends a HEAD first to size the object for parallel
+    # ranged GETs: a second round trip on every read of a small object (state, manifest),
+    # where the latency is the cost.
+    read_options: ClassVar[Mapping[str, Any]] = {"max_concurrency": 1}
 
     def __init__(self, bucket_and_prefix: str, **options: Any) -> None:
         import s3fs
@@ -65,6 +69,20 @@ class S3Storage(ObjectStorage):
         # s3fs retries botocore's (already retried) read timeouts and throttling again, five
         # times over: bounded here, so a wrong endpoint is reported in seconds.
         self.fs.retries = S3FS_RETRIES
+
+    def exists(self, key: str) -> bool:
+        # One HEAD. fs.info follows a 404 with a listing, to tell a "folder" from nothing: a
+        # second round trip on every probe for a state file that is not there yet.
+        bucket, path, _ = self.fs.split_path(self._path(key))
+
+        def probe() -> bool:
+            try:
+                self.fs.call_s3("head_object", Bucket=bucket, Key=path)
+                return True
+            except FileNotFoundError:
+                return False
+
+        return self._call(probe, f"checking {key!r}")
 
     def _lost_race(self, key: str, exc: Exception) -> bool:
         # s3fs makes a 412 that names the If-None-Match condition a FileExistsError; the other

@@ -1,0 +1,62 @@
+"""What a small commit asks of storage: each round trip is latency on object storage
+(bench/bench_commit_requests.py counts them beside Icechunk's)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from icechunk_spark import Repository
+from icechunk_spark.storage import Storage, open_storage
+from tests.support.counting import CountingStorage
+
+
+def _repository(storage: Storage) -> Repository:
+    repo = Repository.create(storage)
+    session = repo.writable_session()
+    session.create_group("/")
+    for name in ("a", "b"):
+        session.create_array(f"/{name}", shape=(10,), chunk_shape=(1,), dtype="uint8")
+        session.set_chunk(f"/{name}", (0,), b"\0")
+    session.commit("two arrays sharing a manifest")
+    return repo
+
+
+class MeetingPuts(CountingStorage):
+    """Every put of a manifest, structure file or transaction log waits until all three are
+    in flight: a commit that wrote them one round after another never gets past the first."""
+
+    def __init__(self, inner: Storage) -> None:
+        super().__init__(inner)
+        self.meeting: threading.Barrier | None = None
+
+    def put(self, key: str, data: bytes) -> None:
+        if self.meeting is not None and key[:2] in ("m/", "s/", "x/"):
+            self.meeting.wait()
+        super().put(key, data)
+
+
+def test_a_small_commit_writes_its_manifest_structure_and_log_in_one_round(
+    tmp_path: Path,
+) -> None:
+    storage = MeetingPuts(open_storage(tmp_path.as_uri()))
+    repo = _repository(storage)
+    session = repo.writable_session()
+    session.set_chunk("/a", (1,), b"\1")
+    storage.meeting = threading.Barrier(3, timeout=10)  # broken (an error) if one waits alone
+    session.commit("one chunk")
+    assert storage.puts["m"] == 2  # the first commit's and this one's
+
+
+def test_the_next_commit_does_not_read_back_the_manifest_this_process_wrote(
+    tmp_path: Path,
+) -> None:
+    storage = CountingStorage(open_storage(tmp_path.as_uri()))
+    repo = _repository(storage)
+    for value in (1, 2):
+        session = repo.writable_session()
+        session.set_chunk("/a", (value,), bytes([value]))
+        storage.reset()
+        session.commit(f"chunk {value}")
+        assert storage.gets["m"] == 0
+    assert repo.readonly_session().get_chunk("/b", (0,)) == b"\0"  # b's refs carried over
