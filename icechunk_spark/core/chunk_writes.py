@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Executor
 
 import numpy as np
 
 from ..chunks.stats import ChunkStats, chunk_values_stats, encoded_chunk_stats, stats_enabled
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, NotFoundError, StaleSessionError
 from ..format.ids import new_object_id
 from ..format.keys import chunk_key
 from ..format.structure import Node
@@ -72,3 +73,30 @@ def virtual_ref(
     return ChunkRef(
         "virtual", virtual_path=absolute, offset=int(offset), length=int(length), checksum=checksum
     )
+
+
+def copy_chunk_files(
+    storage: Storage, pool: Executor, chunk_ids: Sequence[str], cutoff: str
+) -> dict[str, str]:
+    """Copy a session's chunk files to new ids (old id -> new), so a garbage collection with
+    cut-off ``cutoff`` keeps them: the copies are younger than its fence.
+
+    Raises:
+        StaleSessionError: the collection deleted one already (nothing can save it).
+    """
+
+    def copy(old: str) -> tuple[str, str]:
+        try:
+            data = storage.get(chunk_key(old))
+        except NotFoundError:
+            raise StaleSessionError(
+                f"garbage collection with a cut-off of {cutoff} deleted chunk file "
+                f"{chunk_key(old)!r}, written by this session before the cut-off; nothing "
+                "was committed: write the data again in a new session, and collect garbage "
+                "with a cut-off older than the longest write (e.g. 7 days)"
+            ) from None
+        new = new_object_id()
+        storage.put(chunk_key(new), data)
+        return old, new
+
+    return dict(pool.map(copy, chunk_ids))

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -43,14 +43,14 @@ from ..errors import (
     RetriesExhaustedError,
     StaleSessionError,
 )
-from ..format.ids import new_object_id
-from ..format.keys import chunk_key, state_key, txlog_key
+from ..format.keys import state_key, txlog_key
 from ..format.state import Ref, SnapshotInfo, State
 from ..format.txlog import decode_txlog
 from ..progress import Progress
 from ..retry import CAS_BACKOFF, REBASE_BACKOFF
 from ..splitting import ManifestConfig
 from .changes import ChangeSet
+from .chunk_writes import copy_chunk_files
 from .config import RepositoryConfig
 from .conflicts import ConflictPolicy, OnConflict, Theirs, find_conflicts, resolve
 from .flush import BuiltSnapshot, build_snapshot
@@ -156,6 +156,10 @@ class Commit:
         self._changes = changes
         self._stats = stats
         self.fresh_since = fresh_since
+        # The newest fence already checked against our objects' age. Kept apart from
+        # fresh_since: a fence whose cut-off spares our objects says nothing about a later
+        # one's, so it must not make them look as young as its own state file.
+        self._fences_checked = fresh_since
         self._repack = repack
         self._options = options
         self._once = AssertNotCommitted(branch, dict(options.once)) if options.once else None
@@ -184,7 +188,7 @@ class Commit:
             landed = self._once.landed(state) if self._once else None
             if landed is not None:
                 raise AlreadyCommittedError(landed, self._branch)
-            if not AssertNoGCSince(self.fresh_since).holds(state):
+            if not AssertNoGCSince(max(self.fresh_since, self._fences_checked)).holds(state):
                 self._protect_from_gc(state)
                 rebases += 1
                 built = self._build()
@@ -358,7 +362,7 @@ class Commit:
         assert fence is not None
         began_ms = self._fresh_since_ms()
         if began_ms is not None and fence.cutoff_ms <= began_ms:
-            self.fresh_since = state.generation  # the cut-off predates every object of ours
+            self._fences_checked = state.generation  # its cut-off predates every object of ours
             return
         cutoff = datetime.fromtimestamp(fence.cutoff_ms / 1000, tz=UTC).isoformat()
         if self._changes.staged:
@@ -368,10 +372,12 @@ class Commit:
                 "nothing was committed: run the write again"
             )
         with self._changes.lock:
-            renamed = self._copy_chunk_files(sorted(self._changes.chunk_ids()), cutoff)
+            chunk_ids = sorted(self._changes.chunk_ids())
+            renamed = copy_chunk_files(self._handle.storage, self._handle.pool, chunk_ids, cutoff)
             self._changes.rename_chunks(renamed)
             self._stats.rename_chunks(renamed)
-        self.fresh_since = state.generation
+        # Every object we will publish is written from now on: after this fence's state file.
+        self.fresh_since = self._fences_checked = state.generation
 
     def _fresh_since_ms(self) -> int | None:
         """When (storage clock) state ``fresh_since`` was written; None if unknown or gone."""
@@ -379,22 +385,3 @@ class Commit:
             return None
         key = state_key(self.fresh_since)
         return next((i.modified_ms for i in self._handle.storage.list(key) if i.key == key), None)
-
-    def _copy_chunk_files(self, chunk_ids: Sequence[str], cutoff: str) -> dict[str, str]:
-        storage = self._handle.storage
-
-        def copy(old: str) -> tuple[str, str]:
-            try:
-                data = storage.get(chunk_key(old))
-            except NotFoundError:
-                raise StaleSessionError(
-                    f"garbage collection with a cut-off of {cutoff} deleted chunk file "
-                    f"{chunk_key(old)!r}, written by this session before the cut-off; nothing "
-                    "was committed: write the data again in a new session, and collect garbage "
-                    "with a cut-off older than the longest write (e.g. 7 days)"
-                ) from None
-            new = new_object_id()
-            storage.put(chunk_key(new), data)
-            return old, new
-
-        return dict(self._handle.pool.map(copy, chunk_ids))

@@ -17,6 +17,7 @@ import pytest
 from icechunk_spark import InvalidInputError, Repository, StaleSessionError
 from icechunk_spark.core.config import RepositoryConfig
 from icechunk_spark.ops.gc import garbage_collect
+from tests.support.faults import Rule
 from tests.support.progress import AtStage
 from tests.trust.conftest import create
 
@@ -174,3 +175,35 @@ def test_gc_sweeps_old_local_temporary_files(tmp_path):
     assert repo.garbage_collect(cutoff).temporary_files_deleted == 1
     assert not leftover.exists()
     assert young.exists()
+
+
+def test_a_second_collection_during_the_commit_cannot_take_a_chunk_the_first_spared(
+    repo, faulty
+):
+    """A collection whose cut-off predates a session spares its chunk files, and the commit
+    need not copy them; but that must not make the session look younger than it is. Here a
+    second collection, with a cut-off between the session's chunk write and the first fence,
+    runs while the commit rebuilds: the chunk file is gone, and the commit must stop, not
+    publish a snapshot that references it. (The soak in test_soak.py found this: the commit
+    took the first fence's state file as its objects' age, and skipped the copy again.)"""
+    session = repo.writable_session()
+    session.set_chunk("/a", (1,), BIG)  # a chunk file, older than the second cut-off
+    _let_time_pass(faulty)
+    second_cutoff = datetime.now(UTC)
+    _let_time_pass(faulty)
+    repo.garbage_collect(datetime.now(UTC) - timedelta(hours=1))  # spares everything
+    seen = [0]
+
+    def collect_on_the_second_state_read(call):
+        seen[0] += 1
+        if seen[0] == 2:  # the commit has skipped the copy for the first fence and rebuilt
+            Repository.open(faulty.inner).garbage_collect(second_cutoff)
+        return call()
+
+    tip = repo.lookup_branch("main")
+    faulty._add(Rule("get", "icechunk.json", collect_on_the_second_state_read, times=2))
+    with pytest.raises(StaleSessionError, match="deleted chunk file"):
+        session.commit("would reference a chunk the second collection deleted")
+    assert seen[0] == 2
+    assert repo.lookup_branch("main") == tip
+    assert _read_all(repo) == {0: BIG, 1: None, 2: None, 3: None}
