@@ -16,10 +16,12 @@ from fsspec.implementations.reference import LazyReferenceMapper
 from kerchunk.utils import refs_as_store
 
 from icechunk_spark import AlreadyExistsError, InvalidInputError, Repository
+from icechunk_spark.cli import main
 from icechunk_spark.core import BaseSession, Session
 from icechunk_spark.virtual import import_kerchunk, import_netcdf
 from icechunk_spark.virtual.export_refs import export_refs
 
+from ..test_cli import run as cli
 from .conftest import NUMCODECS_WARNING, RepoFactory
 from .netcdf_data import MonthlyFiles
 
@@ -229,3 +231,30 @@ def test_refuses_bad_input_and_an_existing_destination(
     session.commit("native, in memory")
     with pytest.raises(InvalidInputError, match="only this process can read"):
         export_refs(in_memory.readonly_session("main"), str(tmp_path / "m.json"))
+
+
+def test_cli_exports_refs_and_refuses_cleanly(
+    make_repo: RepoFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = native_and_inline(make_repo)
+    snapshot = repo.readonly_session("main").snapshot_id
+    repo.create_tag("v1", snapshot)
+    dest = tmp_path / "refs.parq"
+    args = [repo.storage.url, str(dest), "--format", "kerchunk-parquet", "--snapshot", "v1"]
+    done = json.loads(cli("export-refs", *args, "--json").stdout)  # as a user runs it
+    assert done["snapshot"] == snapshot and done["format"] == "kerchunk-parquet"
+    assert done["chunks"] == done["native_chunks"] + done["inline_chunks"] > 0
+    reader = repo.readonly_session(tag="v1")
+    xr.testing.assert_identical(open_refs(dest, ("kerchunk-parquet", 2)), repo_dataset(reader))
+    # Refusals in-process (a subprocess costs a second each): one line, exit status 1.
+    url = repo.storage.url
+    for argv, message in (
+        ([url, str(dest)], "exists already"),
+        ([url, str(tmp_path / "x"), "--format", "zarr"], "unknown format 'zarr'"),
+        ([url, str(tmp_path / "x"), "--snapshot", "0" * 20], "is not a branch, tag or snapshot"),
+    ):
+        assert main(["export-refs", *argv]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("icechunk-spark: error: ") and message in err
+        assert err.count("\n") == 1
+    assert not (tmp_path / "x").exists()
