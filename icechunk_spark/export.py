@@ -62,7 +62,7 @@ def export_zarr(
     if destination.exists("zarr.json"):
         raise AlreadyExistsError(f"{destination.url} holds a Zarr store already: export elsewhere")
     documents = {node_dir(n.path) + "zarr.json": n.zarr_json for n in nodes}
-    for path in _implicit_groups(nodes):
+    for path in implicit_groups(nodes):
         documents.setdefault(node_dir(path) + "zarr.json", IMPLICIT_GROUP)
     chunks = [(key, node, coord) for node in arrays for key, coord in chunk_keys(session, node)]
 
@@ -88,7 +88,7 @@ def _virtual_count(session: Session, node: Node) -> int:
     return len(refs) - refs.column("virtual_path").null_count if len(refs) else 0
 
 
-def _implicit_groups(nodes: list[Node]) -> Iterator[str]:
+def implicit_groups(nodes: list[Node]) -> Iterator[str]:
     """Every ancestor path of a node, the root included (zarr opens from the root)."""
     yield "/"
     for node in nodes:
@@ -97,4 +97,4 @@ def _implicit_groups(nodes: list[Node]) -> Iterator[str]:
             yield "/" + "/".join(parts[:i])
 
 
-__all__ = ["ExportSummary", "export_zarr"]
+__all__ = ["IMPLICIT_GROUP", "ExportSummary", "export_zarr", "implicit_groups"]

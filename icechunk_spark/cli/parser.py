@@ -129,15 +129,37 @@ def build_parser() -> argparse.ArgumentParser:
             transfer.cmd_export,
             "write one snapshot to DEST as plain Zarr v3 (zarr opens it without icechunk-spark)",
         ),
+        (
+            "export-refs",
+            transfer.cmd_export_refs,
+            "write one snapshot's chunk refs to DEST as a kerchunk reference set (fsspec's "
+            "reference:// and xarray's engine='kerchunk' read it without icechunk-spark)",
+        ),
     ):
         p = add(name, handler, help_text)
         p.add_argument("dest", help="where to: a URL or path, as for the repository")
         add_storage_options(p, "--dest-option", "storage option of DEST (repeatable)")
-        p.add_argument("--workers", type=int, default=16, help="parallel copies (default 16)")
-        if name == "export":
+        if name != "export-refs":  # refs are written in one piece: nothing to parallelize
+            p.add_argument("--workers", type=int, default=16, help="parallel copies (default 16)")
+        if name != "clone":
             p.add_argument(
                 "--ref", "--snapshot", dest="ref", help="branch, tag or snapshot (default: main)"
             )
+        if name == "export-refs":
+            # Not argparse choices: an unknown format is refused by export_refs, in our words.
+            p.add_argument(
+                "--format",
+                default="kerchunk-json",
+                help="kerchunk-json (one JSON file, the default) or kerchunk-parquet (a folder)",
+            )
+            p.add_argument(
+                "--zarr-format",
+                type=int,
+                default=2,
+                help="keys and metadata of Zarr 2 (default: what kerchunk's readers expect) or 3 "
+                "(kerchunk-json only: zarr.json as stored, read by zarr >= 3 alone)",
+            )
+        if name == "export":
             p.add_argument(
                 "--materialize", action="store_true", help="copy virtual chunks' bytes too"
             )

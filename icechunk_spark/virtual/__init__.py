@@ -22,6 +22,8 @@ Front doors:
   one commit.
 - ``prepare_ingest`` + ``ingest_files``: the daily update, appending only files not
   referenced yet, in one commit (see ``ingest``).
+- ``export_refs(session, "refs.json")``: the way back out, one snapshot's refs as a kerchunk
+  reference set (JSON or Parquet) that fsspec's ``reference://`` reads (see ``export_refs``).
 
 Security (seed 002's confused deputy) — where each bad ref fails:
 
@@ -57,6 +59,7 @@ Checksums are ``etag:<ETag>`` where the store has ETags (S3, many HTTP servers),
 from ..core import CoalesceSettings, VirtualReader, VirtualRequest, file_checksum
 from ..errors import SourceChangedError, VirtualRangeError, VirtualRefRefusedError
 from .combine import concat_reference_sets
+from .export_refs import RefsExportSummary, export_refs, kerchunk_refs
 from .importers import import_kerchunk, import_netcdf, load_reference_set, scan_netcdf
 from .ingest import (
     IngestPlan,
@@ -75,16 +78,19 @@ __all__ = [
     "ImportSummary",
     "IngestPlan",
     "ReferenceSet",
+    "RefsExportSummary",
     "SourceChangedError",
     "VirtualRangeError",
     "VirtualReader",
     "VirtualRefRefusedError",
     "VirtualRequest",
     "concat_reference_sets",
+    "export_refs",
     "file_checksum",
     "import_kerchunk",
     "import_netcdf",
     "ingest_files",
+    "kerchunk_refs",
     "list_files",
     "load_reference_set",
     "open_for_files",

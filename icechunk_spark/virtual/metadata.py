@@ -34,7 +34,9 @@ from ..chunks.codec import quiet_numcodecs
 from ..errors import InvalidInputError
 
 _NATIVE = {"gzip", "zstd", "blosc"}
-_VLEN = {"vlen-utf8", "vlen-bytes"}
+VLEN_CODECS = ("vlen-utf8", "vlen-bytes")
+# v3 blosc's shuffle names, at the index v2 (numcodecs) numbers them.
+BLOSC_SHUFFLES = ("noshuffle", "shuffle", "bitshuffle")
 # A ``.zarray`` flag of ours: its fill value is what the source returns for unwritten chunks
 # but the source's readers do not mask it (NetCDF default fills), so no ``_FillValue``.
 UNMASKED_FILL = "icechunk_spark:unmasked_fill"
@@ -137,7 +139,7 @@ def _codecs(v2: Mapping[str, Any], ndim: int, native: Any, name: str) -> list[di
 
 def _convert(config: dict[str, Any], itemsize: int, name: str) -> tuple[dict[str, Any], str]:
     codec_id = str(config.pop("id", ""))
-    if codec_id in _VLEN:  # zarr v3's own codecs for v2's variable-length object codecs
+    if codec_id in VLEN_CODECS:  # zarr v3's own codecs for v2's variable-length object codecs
         return {"name": codec_id}, "array_bytes"
     if codec_id == "gzip":
         return {"name": "gzip", "configuration": {"level": int(config.get("level", 1))}}, (
@@ -149,7 +151,7 @@ def _convert(config: dict[str, Any], itemsize: int, name: str) -> tuple[dict[str
             "bytes_bytes"
         )
     if codec_id == "blosc" and config.get("shuffle", 1) in (0, 1, 2):
-        shuffle = ("noshuffle", "shuffle", "bitshuffle")[int(config.get("shuffle", 1))]
+        shuffle = BLOSC_SHUFFLES[int(config.get("shuffle", 1))]
         blosc = {
             "cname": config.get("cname", "lz4"),
             "clevel": int(config.get("clevel", 5)),
@@ -188,6 +190,30 @@ def _xarray_fill_value(value: Any, native: Any) -> Any:
     if kind == "b":
         return bool(value)
     return None  # strings, datetimes...: xarray reads them through fill_value itself
+
+
+def xarray_fill_value_decoded(value: Any, native: Any) -> tuple[bool, Any]:
+    """``(True, value)`` of a v3 ``_FillValue`` attribute as xarray decodes it (the inverse of
+    ``_xarray_fill_value``, after ``xarray.backends.zarr.FillValueCoder.decode``), or
+    ``(False, None)`` when xarray could not decode it either."""
+    kind = native.kind
+    try:
+        if kind == "f":
+            return True, struct.unpack("<d", base64.standard_b64decode(value))[0]
+        if kind == "c":
+            real, imag = (struct.unpack("<d", base64.standard_b64decode(v))[0] for v in value)
+            return True, complex(real, imag)
+        if kind in "iu":
+            return True, int(value)
+        if kind == "b":
+            return True, bool(value)
+        if kind == "S":
+            return True, base64.standard_b64decode(value)
+        if kind in "UT":
+            return True, str(value)
+    except (TypeError, ValueError, struct.error):  # binascii.Error is a ValueError
+        pass
+    return False, None
 
 
 def _validate(doc: Mapping[str, Any], name: str) -> None:
