@@ -139,11 +139,15 @@ def _rename_chunk_column(table: pa.Table, renamed: dict[str, str]) -> pa.Table:
 
 
 def pending_table(pending: dict[bytes, Pending]) -> pa.Table:
-    refs = list(pending.values())
+    return refs_table(list(pending), list(pending.values()), np.zeros(len(pending), np.uint64))
+
+
+def refs_table(coords: list[bytes], refs: list[Pending], array_ids: np.ndarray) -> pa.Table:
+    """Ref rows (``REF_SCHEMA``) of pending refs, ``None`` ones as tombstones."""
     return pa.table(
         {
-            "array_id": pa.array(np.zeros(len(refs), np.uint64)),
-            "coord": pa.array(list(pending), pa.binary()),
+            "array_id": pa.array(array_ids),
+            "coord": pa.array(coords, pa.binary()),
             "inline_data": pa.array([r.inline_data if r else None for r in refs], pa.binary()),
             "chunk_id": pa.array([r.chunk_id if r else None for r in refs], pa.string()),
             "virtual_path": pa.array([r.virtual_path if r else None for r in refs], pa.string()),

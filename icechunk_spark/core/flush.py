@@ -24,6 +24,7 @@ from ..format.txlog import ChangeKind, NodeChange, chunk_changes, encode_txlog
 from ..progress import Progress
 from ..splitting import ArrayStats, ExistingManifest, ManifestConfig, plan_manifests
 from ..storage import Storage
+from .bulk_refs import merge_pending_in_bulk, pending_chunk_changes
 from .changes import ChangeSet
 from .coord_refs import CoordRefs
 from .manifest_writes import Carried, DeferredPuts, write_packed_manifests
@@ -172,8 +173,9 @@ def _merge_modified(
     stats: Mapping[int, pa.Table],
 ) -> dict[int, CoordRefs]:
     """Committed refs overlaid with the session's, within the grid, of each array written."""
-    out: dict[int, CoordRefs] = {}
-    for node_id in modified:
+    bulk = {i for i in modified if _only_pending(base, changes, arrays.get(i), stats)}
+    out = merge_pending_in_bulk(changes, arrays, bulk)
+    for node_id in modified - bulk:
         node = arrays.get(node_id)
         if node is None or node.meta is None:
             continue
@@ -190,6 +192,21 @@ def _merge_modified(
         refs = CoordRefs.merge([CoordRefs(t, ndim) for t in layers], ndim)
         out[node_id] = refs.inside(node.meta.grid_shape)
     return out
+
+
+def _only_pending(
+    base: SnapshotView, changes: ChangeSet, node: Node | None, stats: Mapping[int, pa.Table]
+) -> bool:
+    """A new array whose chunks were set one by one, without statistics: nothing to overlay."""
+    if node is None or node.meta is None or node.id in stats:
+        return False
+    array_changes = changes.chunks.get(node.id)
+    return (
+        array_changes is not None
+        and not array_changes.tables
+        and bool(array_changes.pending)
+        and base.committed(node) is None
+    )
 
 
 def _ref_count(
@@ -291,8 +308,10 @@ def _node_changes(
 
 
 def _chunk_change_tables(changes: ChangeSet, arrays: Mapping[int, Node]) -> list[pa.Table]:
+    written = [i for i, c in changes.chunks.items() if i in arrays and len(c)]
+    pending_only = [i for i in written if not changes.chunks[i].tables]
+    rest = [i for i in written if changes.chunks[i].tables]
     return [
-        chunk_changes(node_id, c.changed_coords())
-        for node_id, c in changes.chunks.items()
-        if node_id in arrays and len(c)
+        *pending_chunk_changes(changes, pending_only),
+        *(chunk_changes(i, changes.chunks[i].changed_coords()) for i in rest),
     ]

@@ -84,7 +84,12 @@ class TransactionLog:
 
 def chunk_changes(node_id: int, coords: pa.Array | pa.ChunkedArray) -> pa.Table:
     """Rows recording that ``coords`` of node ``node_id`` changed."""
-    ids = pa.array(np.full(len(coords), node_id, dtype=np.uint64))
+    return chunk_changes_of(np.full(len(coords), node_id, dtype=np.uint64), coords)
+
+
+def chunk_changes_of(node_ids: np.ndarray, coords: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """Rows recording that coord ``coords[i]`` of node ``node_ids[i]`` changed."""
+    ids = pa.array(node_ids.astype(np.uint64, copy=False))
     return pa.table({"node_id": ids, "coord": coords}, schema=CHUNK_CHANGES_SCHEMA)
 
 
