@@ -163,50 +163,11 @@ def _sample(folder: Path, days: int, first: int = 0) -> None:
     )
 
 
-def test_virtual_ingest_appends_new_files_only(tmp_path):
-    data, url = tmp_path / "data", (tmp_path / "repo").as_uri()
-    _sample(data, 4)
-    summary(submit("ingest_virtual.py", "--repo", url, "--files", f"{data}/*.nc"), "ingest_virtual")
-    _sample(data, 2, first=4)
-    second = submit("ingest_virtual.py", "--repo", url, "--files", f"{data}/*.nc")
-    again = submit("ingest_virtual.py", "--repo", url, "--files", f"{data}/*.nc")
-    assert (
-        summary(again, "ingest_virtual")["snapshot"]
-        == summary(second, "ingest_virtual")["snapshot"]
-    )
-    repo = Repository.open(url, authorize_virtual=[data.as_uri() + "/"])
-    assert [s.message for s in repo.ancestry()][:2] == [
-        "ingest 2 new files (6 in all)",
-        "ingest 4 new files (4 in all)",
-    ]
-    ds = xr.open_zarr(repo.readonly_session().store, consolidated=False)
-    direct = xr.combine_by_coords([xr.open_dataset(f) for f in sorted(data.glob("*.nc"))])
-    xr.testing.assert_allclose(ds.tas.load(), direct.tas.load())
-    assert np.array_equal(ds.time.values, direct.time.values)
-    # "no files match" is tests/virtual/test_ingest.py's (no spark-submit needed); a job's
-    # failure as one line and exit 1 is test_a_job_against_an_unreachable_endpoint's.
-
-
-def test_virtual_ingest_refuses_files_that_disagree(tmp_path):
-    """Issue 18's awkward files (packing that differs per file, a variable only in later
-    files) cannot be appended file by file: the job names the problem and commits nothing
-    (``icechunk-spark import`` rebuilds such datasets in one process, tests/virtual)."""
-    from tests.virtual.netcdf_data import write_awkward_files
-
-    paths = write_awkward_files(tmp_path)
-    url = (tmp_path / "repo").as_uri()
-    pattern = str(paths[0].parent / "*.nc")
-    refused = submit("ingest_virtual.py", "--repo", url, "--files", pattern, ok=False)
-    output = refused.stdout + refused.stderr
-    [error] = [ln for ln in output.splitlines() if "ingest_virtual: error" in ln]
-    assert refused.returncode == 1 and "do not have the same variables" in error, error
-    assert [s.message for s in Repository.open(url).ancestry()] == ["Repository initialized"]
-
-
-def test_virtual_ingest_into_a_repository_on_s3(tmp_path, s3_endpoint):
-    data = tmp_path / "data"
-    _sample(data, 3)
-    url = f"s3://{S3_BUCKET}/jobs-virtual"
+def test_virtual_ingest_into_s3_appends_new_files_only(tmp_path, s3_endpoint):
+    """The daily update as a job, into a repository on S3 (the storage options reach the
+    executors): each run appends only the files not referenced yet, a third run commits
+    nothing, and the result reads as xarray reads the files."""
+    data, url = tmp_path / "data", f"s3://{S3_BUCKET}/jobs-virtual"
     options = [
         "--storage-option",
         "key=testing",
@@ -215,17 +176,32 @@ def test_virtual_ingest_into_a_repository_on_s3(tmp_path, s3_endpoint):
         "--storage-option",
         f"endpoint_url={s3_endpoint}",
     ]
-    summary(
-        submit("ingest_virtual.py", "--repo", url, "--files", f"{data}/*.nc", *options),
-        "ingest_virtual",
+    _sample(data, 4)
+    files = ["--repo", url, "--files", f"{data}/*.nc", *options]
+    summary(submit("ingest_virtual.py", *files), "ingest_virtual")
+    _sample(data, 2, first=4)
+    second = submit("ingest_virtual.py", *files)
+    again = submit("ingest_virtual.py", *files)
+    assert (
+        summary(again, "ingest_virtual")["snapshot"]
+        == summary(second, "ingest_virtual")["snapshot"]
     )
     repo = Repository.open(
         url,
         storage_options={"key": "testing", "secret": "testing", "endpoint_url": s3_endpoint},
         authorize_virtual=[data.as_uri() + "/"],
     )
+    assert [s.message for s in repo.ancestry()][:2] == [
+        "ingest 2 new files (6 in all)",
+        "ingest 4 new files (4 in all)",
+    ]
     ds = xr.open_zarr(repo.readonly_session().store, consolidated=False)
-    assert ds.tas.shape == (3, 73, 144) and float(ds.tas.min()) > 200
+    direct = xr.combine_by_coords([xr.open_dataset(f) for f in sorted(data.glob("*.nc"))])
+    xr.testing.assert_allclose(ds.tas.load(), direct.tas.load())
+    assert np.array_equal(ds.time.values, direct.time.values)
+    # "no files match" is tests/virtual/test_ingest.py's and files that disagree are
+    # tests/spark/test_virtual_ingest.py's (no spark-submit needed); a job's failure as one
+    # line and exit 1 is test_a_job_against_an_unreachable_endpoint's.
 
 
 def test_a_job_against_an_unreachable_endpoint_ends_with_one_clear_line(closed_endpoint):

@@ -136,6 +136,20 @@ def test_files_that_disagree_are_refused_before_anything_is_committed(
     assert Repository.open(url).lookup_branch("main") == first.snapshot
 
 
+def test_files_that_cannot_be_appended_one_by_one_are_refused(spark: Any, tmp_path: Path) -> None:
+    """Issue 18's awkward files (packing that differs per file, a variable only in later
+    files) cannot be appended file by file: the ingest names the problem and commits nothing
+    (``icechunk-spark import`` rebuilds such datasets in one process, tests/virtual). The
+    spark-submit job runs this code; its one-line failure is tests/test_jobs.py's."""
+    from tests.virtual.netcdf_data import write_awkward_files
+
+    paths = write_awkward_files(tmp_path / "data")
+    url = (tmp_path / "repo").as_uri()
+    with pytest.raises(InvalidInputError, match="do not have the same variables"):
+        run(spark, url, paths[0].parent)
+    assert [s.message for s in Repository.open(url).ancestry()] == ["Repository initialized"]
+
+
 def test_files_are_placed_in_time_order_and_a_rerun_only_appends(
     spark: Any, tmp_path: Path
 ) -> None:
