@@ -36,6 +36,7 @@ from urllib.parse import urlparse
 from ..core import resolve_target
 from ..errors import IcechunkSparkError, InvalidInputError, NotFoundError
 from .references import ArrayRefs, ReferenceSet
+from .vds_fills import V2_PARSERS, restore_masking, v2_fill_values
 from .vds_refs import encode_attrs, is_manifest_array, require_virtualizarr, variable_refs
 from .writer import absolute_url
 
@@ -105,7 +106,7 @@ def open_virtual(
     name = detect_parser(url, storage_options) if parser == "auto" else parser
     vz_parser = make_parser(name, url, storage_options, parser_options)
     try:
-        return virtualizarr.open_virtual_dataset(
+        vds = virtualizarr.open_virtual_dataset(
             url,
             registry=registry if registry is not None else make_registry(url),
             parser=vz_parser,
@@ -113,6 +114,9 @@ def open_virtual(
             drop_variables=drop_variables,
             decode_times=decode_times,
         )
+        if name in V2_PARSERS:  # the v2 fill values VirtualiZarr's conversion stops masking
+            restore_masking(vds, v2_fill_values(url, name, storage_options))
+        return vds
     except FileNotFoundError:
         raise NotFoundError(f"{url!r} does not exist") from None
     except IcechunkSparkError:
