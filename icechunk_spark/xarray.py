@@ -17,6 +17,9 @@ refuses to commit then (see ``core/forks.py``) and points here.
 >>> session = repo.writable_session("main")                       # doctest: +SKIP
 >>> to_repository(ds.chunk({"time": 24}), session, mode="w")       # doctest: +SKIP
 >>> session.commit("write the cube")                               # doctest: +SKIP
+
+A VirtualiZarr virtual dataset (ManifestArray-backed variables) is handed to
+``icechunk_spark.virtual.write_virtual_dataset``: its refs are written as refs, never read.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from xarray.backends.common import ArrayWriter
 
 from .core import ForkSession
 from .errors import InvalidInputError, ReadOnlyError
+from .virtual.vds_refs import is_virtual_dataset
 
 if TYPE_CHECKING:
     from .core import Session
@@ -75,12 +79,16 @@ def to_repository(
             of the Dask-backed variables was merged.
         ForkError: a ``memory://`` repository with a scheduler that runs other processes.
         ValueError: whatever ``Dataset.to_zarr`` refuses (modes, regions, encodings).
+        VirtualRefRefusedError: a virtual dataset's ref outside the virtual chunk containers.
     """
     if session.read_only:
         raise ReadOnlyError(
             "to_repository needs a writable session, not a read-only one: "
             "repo.writable_session(branch)"
         )
+    if is_virtual_dataset(dataset):
+        _write_virtual(dataset, session, group, mode, append_dim, region, encoding)
+        return
     lazy = _write_metadata_and_eager(
         dataset,
         session,
@@ -95,6 +103,34 @@ def to_repository(
     if lazy:
         forks = _compute_writes(session, lazy, write_empty_chunks, scheduler)
         session.merge(*forks)
+
+
+def _write_virtual(
+    dataset: xr.Dataset,
+    session: Session,
+    group: str | None,
+    mode: WriteMode | None,
+    append_dim: Hashable | None,
+    region: Region,
+    encoding: Mapping[Any, Any] | None,
+) -> None:
+    """A virtual dataset: its refs through ``write_virtual_dataset``, where ``to_zarr``'s
+    arguments mean something for refs (a region or an encoding would re-encode data)."""
+    from .virtual.vds_write import write_virtual_dataset
+
+    if region is not None or encoding:
+        raise InvalidInputError(
+            "a virtual dataset is written as its refs: region= and encoding= do not apply"
+        )
+    if mode == "r+":
+        raise InvalidInputError("mode='r+' overwrites regions; a virtual dataset has none")
+    write_virtual_dataset(
+        session,
+        dataset,
+        group or "/",
+        None if append_dim is None else str(append_dim),
+        overwrite=mode in ("w", "a"),
+    )
 
 
 @dataclass(frozen=True, slots=True)

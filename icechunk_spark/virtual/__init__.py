@@ -22,6 +22,9 @@ Front doors:
   one commit.
 - ``prepare_ingest`` + ``ingest_files``: the daily update, appending only files not
   referenced yet, in one commit (see ``ingest``).
+- ``open_virtual(url, parser="auto")`` + ``write_virtual_dataset(session, vds, group="/",
+  append_dim=None)``: any format VirtualiZarr parses (NetCDF3, HDF5, TIFF, FITS, Zarr v2/v3,
+  kerchunk), through the same container checks (see ``vds_open``, ``vds_write``).
 - ``export_refs(session, "refs.json")``: the way back out, one snapshot's refs as a kerchunk
   reference set (JSON or Parquet) that fsspec's ``reference://`` reads (see ``export_refs``).
 
@@ -70,9 +73,12 @@ from .ingest import (
     prepare_ingest,
 )
 from .references import ArrayRefs, ReferenceSet, parse_json_refs, parse_parquet_refs
+from .vds_open import PARSERS, detect_parser, open_virtual, scan_reference_set
+from .vds_write import write_virtual_dataset
 from .writer import ImportSummary, write_reference_set
 
 __all__ = [
+    "PARSERS",
     "ArrayRefs",
     "CoalesceSettings",
     "ImportSummary",
@@ -85,6 +91,7 @@ __all__ = [
     "VirtualRefRefusedError",
     "VirtualRequest",
     "concat_reference_sets",
+    "detect_parser",
     "export_refs",
     "file_checksum",
     "import_kerchunk",
@@ -94,10 +101,13 @@ __all__ = [
     "list_files",
     "load_reference_set",
     "open_for_files",
+    "open_virtual",
     "parse_json_refs",
     "parse_parquet_refs",
     "plan_ingest",
     "prepare_ingest",
     "scan_netcdf",
+    "scan_reference_set",
     "write_reference_set",
+    "write_virtual_dataset",
 ]

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..core import resolve_target
 from ..errors import IcechunkSparkError, InvalidInputError, NotFoundError
@@ -17,6 +17,7 @@ from .materialize import Fetch, read_values
 from .metadata import UNMASKED_FILL
 from .ordering import Span, coordinate_path, order_spans, span_of
 from .references import ReferenceSet, parse_json_refs, parse_parquet_refs
+from .vds_open import scan_reference_set
 from .writer import ImportSummary, absolute_url, container_options, resolve_all, write_reference_set
 
 if TYPE_CHECKING:
@@ -190,6 +191,7 @@ def import_netcdf(
     max_workers: int = 4,
     scans: Sequence[Mapping[str, Any]] | None = None,
     progress: Progress | None = None,
+    parser: Literal["kerchunk", "virtualizarr"] = "kerchunk",
 ) -> ImportSummary:
     """Scan NetCDF4/HDF5 files and import them as one virtual dataset under ``group``.
 
@@ -207,6 +209,11 @@ def import_netcdf(
     (Spark executors scan in parallel, the driver combines); the files are not opened again.
     ``progress`` hears one step per file scanned.
 
+    ``parser``: who reads the HDF5 structure. ``"kerchunk"`` (kerchunk's
+    ``SingleHdf5ToZarr`` over h5py; chunks under ``inline_threshold`` bytes copied in) or
+    ``"virtualizarr"`` (VirtualiZarr's ``HDFParser``, the ``virtualizarr`` extra; every chunk
+    stays a ref). Both scans then go through the same ordering, combining and writing.
+
     Raises:
         VirtualRefRefusedError: a file lies outside the virtual chunk containers (checked
             before any file is opened).
@@ -219,7 +226,12 @@ def import_netcdf(
     containers = session.handle.config.virtual_chunk_containers
     absolute = [resolve_target(absolute_url(u), containers)[0] for u in files]  # refuse first
 
+    if parser not in ("kerchunk", "virtualizarr"):
+        raise InvalidInputError(f"parser must be 'kerchunk' or 'virtualizarr', not {parser!r}")
+
     def scan(url: str) -> ReferenceSet:
+        if parser == "virtualizarr":
+            return scan_reference_set(url, "hdf5")
         refs = scan_netcdf(url, storage_options=storage_options, inline_threshold=inline_threshold)
         return parse_json_refs(refs)
 

@@ -83,7 +83,7 @@ def array_v2_to_v3(
     attributes = dict(zattrs or {})
     dims = attributes.pop("_ARRAY_DIMENSIONS", None)
     if parsed.fill_value is not None and "_FillValue" not in attributes and not unmasked:
-        encoded = _xarray_fill_value(parsed.fill_value, dtype.to_native_dtype())
+        encoded = xarray_fill_value(parsed.fill_value, dtype.to_native_dtype())
         if encoded is not None:
             attributes["_FillValue"] = encoded
     ndim = len(parsed.shape)
@@ -180,7 +180,7 @@ def _kind(codec_id: str, name: str) -> str:
     return "array_bytes" if issubclass(cls, ArrayBytesCodec) else "unknown"
 
 
-def _xarray_fill_value(value: Any, native: Any) -> Any:
+def xarray_fill_value(value: Any, native: Any) -> Any:
     """``_FillValue`` as xarray writes it for zarr v3 (``xarray.backends.zarr.FillValueCoder``)."""
     kind = native.kind
     if kind == "f":
@@ -194,7 +194,7 @@ def _xarray_fill_value(value: Any, native: Any) -> Any:
 
 def xarray_fill_value_decoded(value: Any, native: Any) -> tuple[bool, Any]:
     """``(True, value)`` of a v3 ``_FillValue`` attribute as xarray decodes it (the inverse of
-    ``_xarray_fill_value``, after ``xarray.backends.zarr.FillValueCoder.decode``), or
+    ``xarray_fill_value``, after ``xarray.backends.zarr.FillValueCoder.decode``), or
     ``(False, None)`` when xarray could not decode it either."""
     kind = native.kind
     try:

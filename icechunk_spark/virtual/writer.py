@@ -78,6 +78,55 @@ def write_reference_set(
         NotFoundError: a referenced file does not exist (when its info is needed).
     """
     base = normalize_path(group)
+    targets = ref_targets(
+        session,
+        refset,
+        storage_options=storage_options,
+        checksums=checksums,
+        remote_protocol=remote_protocol,
+        max_workers=max_workers,
+    )
+    groups = write_groups(session, refset, base)
+    virtual = inline = 0
+    arrays = []
+    for rel, array in sorted(refset.arrays.items()):
+        path = _join(base, rel)
+        create_array(session, path, array, overwrite)
+        v, i = write_array_refs(session, path, array, targets, checksums)
+        virtual, inline = virtual + v, inline + i
+        arrays.append(path)
+    return ImportSummary(tuple(arrays), tuple(groups), virtual, inline, targets.files)
+
+
+@dataclass(frozen=True, slots=True)
+class RefTargets:
+    """Where a reference set's URLs point: each URL as written -> its absolute URL inside a
+    container, and each absolute URL's file info (when checksums or sizes are needed)."""
+
+    resolved: Mapping[str, str]
+    infos: Mapping[str, _FileInfo]
+
+    @property
+    def files(self) -> int:
+        return len(set(self.resolved.values()))
+
+
+def ref_targets(
+    session: Session,
+    refset: ReferenceSet,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    checksums: bool = True,
+    remote_protocol: str | None = None,
+    max_workers: int = 8,
+) -> RefTargets:
+    """Check every URL of ``refset`` against the containers (no I/O before that), then stat
+    each distinct file once (checksums, whole-file sizes). Nothing is written.
+
+    Raises:
+        VirtualRefRefusedError: a URL lies outside the repository's virtual chunk containers.
+        NotFoundError: a referenced file does not exist (when its info is needed).
+    """
     containers = session.handle.config.virtual_chunk_containers
     resolved = resolve_all(refset, containers, remote_protocol)
     need_info = checksums or _has_whole_file_refs(refset)
@@ -86,16 +135,7 @@ def write_reference_set(
         if need_info
         else {}
     )
-    groups = _write_groups(session, refset, base)
-    virtual = inline = 0
-    arrays = []
-    for rel, array in sorted(refset.arrays.items()):
-        path = _join(base, rel)
-        _create_array(session, path, array, overwrite)
-        v, i = _write_refs(session, path, array, resolved, infos, checksums)
-        virtual, inline = virtual + v, inline + i
-        arrays.append(path)
-    return ImportSummary(tuple(arrays), tuple(groups), virtual, inline, len(set(resolved.values())))
+    return RefTargets(resolved, infos)
 
 
 def _join(base: str, rel: str) -> str:
@@ -157,7 +197,7 @@ def container_options(url: str, containers: Mapping[str, Mapping[str, Any]]) -> 
     return max(matches, key=lambda m: len(m[0]))[1] if matches else {}
 
 
-def _write_groups(session: Session, refset: ReferenceSet, base: str) -> list[str]:
+def write_groups(session: Session, refset: ReferenceSet, base: str) -> list[str]:
     written = []
     _ensure_parents(session, base)
     for rel, doc in sorted(refset.groups.items()):
@@ -189,7 +229,7 @@ def _ensure_parents(session: Session, path: str) -> None:
             session.create_group(parent)
 
 
-def _create_array(session: Session, path: str, array: ArrayRefs, overwrite: bool) -> None:
+def create_array(session: Session, path: str, array: ArrayRefs, overwrite: bool) -> None:
     doc = json.dumps(array.doc).encode()
     existing = session.find_node(path) if overwrite else None
     if existing is not None and existing.meta is not None and existing.meta.ndim == array.ndim:
@@ -222,21 +262,19 @@ def _all_coords(coords: np.ndarray) -> list[tuple[int, ...]]:
     return [tuple(int(c) for c in row) for row in coords]
 
 
-def _write_refs(
-    session: Session,
-    path: str,
-    array: ArrayRefs,
-    resolved: Mapping[str, str],
-    infos: Mapping[str, _FileInfo],
-    checksums: bool,
+def write_array_refs(
+    session: Session, path: str, array: ArrayRefs, targets: RefTargets, checksums: bool
 ) -> tuple[int, int]:
+    """Set the chunk refs of ``array`` (its coords as given) on the array at ``path``:
+    virtual ones in one bulk call, inline ones chunk by chunk. Returns (virtual, inline)."""
     refs = array.refs
     is_virtual = pc.is_valid(refs.column("virtual_path")).to_numpy(zero_copy_only=False)
     virtual = int(is_virtual.sum())
     if virtual:
-        session.set_chunk_refs(
-            path, _virtual_table(array, np.asarray(is_virtual), resolved, infos, checksums)
+        table = _virtual_table(
+            array, np.asarray(is_virtual), targets.resolved, targets.infos, checksums
         )
+        session.set_chunk_refs(path, table)
     inline_rows = np.flatnonzero(~np.asarray(is_virtual, dtype=bool))
     data = refs.column("inline_data")
     for row in inline_rows:
