@@ -39,9 +39,10 @@ azurite:
 	else echo "node/npm not found: Azurite is not installed, the Azure tests will skip"; fi
 
 # Two workers, one per core. Every Spark test runs on the same worker (xdist group "spark"),
-# so there is still one SparkSession (and one Connect server, one cluster) per run.
+# so there is still one SparkSession (and one Connect server, one cluster) per run. The 25
+# slowest tests are listed at the end: CI's budget is 20 minutes on 2 cores.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
