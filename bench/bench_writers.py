@@ -1,8 +1,8 @@
 """Dozens of writers on one branch (icechunk#1012, #1205: 100 writers took up to 20 s, some stuck
 in rebase loops): N processes x M commits, each to its own chunks of one array; beside
-Icechunk in the same run, local disk.
+Icechunk in the same run, on local disk or (``--s3``) on moto's S3 server on 127.0.0.1.
 
-    .venv/bin/python bench/bench_writers.py [--writers 32] [--commits 4]
+    .venv/bin/python bench/bench_writers.py [--writers 32] [--commits 4] [--s3]
 
 Every process opens the repository, says it is ready, and starts when all are (a file the
 orchestrator creates). The table: commits that landed, writers that gave up, time from the
@@ -16,55 +16,56 @@ in bench/.venv312 (`make bench`), committing with ``rebase_with=ConflictDetector
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from tests.support.emulators import free_port  # noqa: E402
+
 SIDE = HERE / "writers_side.py"
 ICECHUNK_PYTHON = HERE / ".venv312" / "bin" / "python"
 CREATE = """
-import sys, numpy as np, zarr
+import sys, zarr
+sys.path.insert(0, sys.argv[4])
+from writers_side import open_repo
 system, location, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
-if system == "icechunk":
-    import icechunk as ic
-    repo = ic.Repository.create(ic.local_filesystem_storage(location))
-else:
-    from pathlib import Path
-    from icechunk_spark import Repository
-    repo = Repository.create(Path(location).as_uri())
+repo = open_repo(system, location, create=True)
 session = repo.writable_session("main")
 zarr.create_array(session.store, name="w", shape=(size,), chunks=(10,), dtype="int32")
 session.commit("the array")
 """
 READ = """
 import json, sys, zarr
+sys.path.insert(0, sys.argv[3])
+from writers_side import open_repo
 system, location = sys.argv[1], sys.argv[2]
-if system == "icechunk":
-    import icechunk as ic
-    repo = ic.Repository.open(ic.local_filesystem_storage(location))
-    history = [s.id for s in repo.ancestry(branch="main")]
-else:
-    from pathlib import Path
-    from icechunk_spark import Repository
-    repo = Repository.open(Path(location).as_uri())
-    history = [s.id for s in repo.ancestry(branch="main")]
+repo = open_repo(system, location)
+history = [s.id for s in repo.ancestry(branch="main")]
 values = zarr.open_array(repo.readonly_session(branch="main").store, path="w", mode="r")[:]
 print(json.dumps({"history": history, "values": values.tolist()}))
 """
 
 
-def run_system(python: Path | str, system: str, writers: int, commits: int) -> list[Any]:
-    location = tempfile.mkdtemp(prefix=f"bench-writers-{system}-")
+def run_system(python: Path | str, system: str, writers: int, commits: int, s3: bool) -> list[Any]:
+    scratch = tempfile.mkdtemp(prefix=f"bench-writers-{system}-")
+    location = f"s3://bench/writers-{system}-{uuid.uuid4().hex[:8]}" if s3 else scratch
     size = writers * commits * 10
-    subprocess.run([str(python), "-c", CREATE, system, location, str(size)], check=True)
-    go = Path(location + ".go")
+    subprocess.run([str(python), "-c", CREATE, system, location, str(size), str(HERE)], check=True)
+    go = Path(scratch + ".go")
     procs = [
         subprocess.Popen(
             [
@@ -96,7 +97,10 @@ def run_system(python: Path | str, system: str, writers: int, commits: int) -> l
     results = [json.loads(p.communicate()[0]) for p in procs]
     seconds = time.perf_counter() - start
     read = subprocess.run(
-        [str(python), "-c", READ, system, location], capture_output=True, text=True, check=True
+        [str(python), "-c", READ, system, location, str(HERE)],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     final = json.loads(read.stdout)
     ids = [i for r in results for i in r["ids"]]
@@ -120,15 +124,41 @@ def run_system(python: Path | str, system: str, writers: int, commits: int) -> l
     ]
 
 
+@contextlib.contextmanager
+def s3_server() -> Iterator[None]:
+    """moto's S3 server with a ``bench`` bucket; writers find it in BENCH_S3_ENDPOINT."""
+    port = free_port()
+    moto = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.moto_server", str(port)],
+        cwd=HERE.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"},
+    )
+    assert moto.stdout is not None and moto.stdout.readline().strip() == b"ready"
+    endpoint = f"http://127.0.0.1:{port}"
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/bench", method="PUT")).close()
+    os.environ["BENCH_S3_ENDPOINT"] = endpoint  # the writer processes inherit it
+    try:
+        yield
+    finally:
+        moto.terminate()
+        moto.wait(timeout=10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--writers", type=int, default=32)
     parser.add_argument("--commits", type=int, default=4)
     parser.add_argument("--ours-only", action="store_true")
+    parser.add_argument("--s3", action="store_true", help="on moto's S3 server on 127.0.0.1")
     args = parser.parse_args()
-    rows = [run_system(sys.executable, "ours", args.writers, args.commits)]
-    if ICECHUNK_PYTHON.exists() and not args.ours_only:
-        rows.append(run_system(ICECHUNK_PYTHON, "icechunk", args.writers, args.commits))
+    with s3_server() if args.s3 else contextlib.nullcontext():
+        rows = [run_system(sys.executable, "ours", args.writers, args.commits, args.s3)]
+        if ICECHUNK_PYTHON.exists() and not args.ours_only:
+            rows.append(
+                run_system(ICECHUNK_PYTHON, "icechunk", args.writers, args.commits, args.s3)
+            )
     header = [
         "system",
         "writers",
@@ -141,7 +171,8 @@ def main() -> None:
         "rebased",
         "all chunks",
     ]
-    print(f"\n{args.writers} writers x {args.commits} commits to one branch, local disk")
+    where = "S3 (moto on 127.0.0.1, one request at a time)" if args.s3 else "local disk"
+    print(f"\n{args.writers} writers x {args.commits} commits to one branch, {where}")
     print("  ".join(f"{h:>10}" for h in header))
     for row in rows:
         cells = row[:-1]

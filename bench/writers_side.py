@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -17,15 +18,37 @@ from typing import Any
 import numpy as np
 import zarr
 
+BUCKET = "bench"
 
-def open_repo(system: str, location: str) -> Any:
+
+def open_repo(system: str, location: str, create: bool = False) -> Any:
+    """The repository at ``location``: a folder, or ``s3://bench/<prefix>`` on the S3
+    endpoint in ``BENCH_S3_ENDPOINT`` (moto, started by bench_writers.py --s3)."""
     if system == "icechunk":
         import icechunk as ic
 
-        return ic.Repository.open(ic.local_filesystem_storage(location))
+        if location.startswith("s3://"):
+            storage = ic.s3_storage(
+                bucket=BUCKET,
+                prefix=location.removeprefix(f"s3://{BUCKET}/"),
+                endpoint_url=os.environ["BENCH_S3_ENDPOINT"],
+                allow_http=True,
+                force_path_style=True,
+                region="us-east-1",
+                access_key_id="testing",
+                secret_access_key="testing",
+            )
+        else:
+            storage = ic.local_filesystem_storage(location)
+        return ic.Repository.create(storage) if create else ic.Repository.open(storage)
     from icechunk_spark import Repository
 
-    return Repository.open(Path(location).as_uri())
+    if location.startswith("s3://"):
+        options = {"endpoint_url": os.environ["BENCH_S3_ENDPOINT"], "key": "testing"}
+        options["secret"] = "testing"
+        return (Repository.create if create else Repository.open)(location, storage_options=options)
+    url = Path(location).as_uri()
+    return Repository.create(url) if create else Repository.open(url)
 
 
 def commit(system: str, session: Any, message: str) -> str:
