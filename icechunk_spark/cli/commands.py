@@ -320,6 +320,7 @@ def cmd_import(args: argparse.Namespace) -> dict[str, Any]:
         container=args.container,
         file_options=file_options,
         storage_options=parse_storage_options(args.storage_option),
+        parser=args.parser,
     )
     if not plan.new:
         tip = repo.lookup_branch(args.branch)
@@ -334,6 +335,7 @@ def cmd_import(args: argparse.Namespace) -> dict[str, Any]:
         file_options=file_options,
         message=args.message,
         progress=progress_bars(args),
+        parser=args.parser,
     )
     data = {
         "snapshot": snapshot,

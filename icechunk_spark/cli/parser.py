@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from ..virtual.importers import IMPORT_PARSERS
 from . import commands as c
 from . import transfer
 
@@ -190,9 +191,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = add(
         "import",
         c.cmd_import,
-        "import NetCDF4/HDF5 files as one virtual dataset, appending files not referenced yet",
+        "import files (NetCDF4/HDF5, and with --parser NetCDF3, TIFF, FITS, Zarr...) as one "
+        "virtual dataset, appending files not referenced yet",
     )
     p.add_argument("files", help="glob of files: a local path, file:// or s3://")
+    p.add_argument(
+        "--parser",
+        default="kerchunk",
+        choices=IMPORT_PARSERS,
+        help="who reads the files: kerchunk's NetCDF4/HDF5 scanner (default), or a VirtualiZarr "
+        "parser (the virtualizarr extra): auto (each file's own, by its first bytes), hdf5, "
+        "netcdf3, tiff, fits, zarr, dmrpp",
+    )
     p.add_argument("--concat-dim", default="time", help="dimension to concatenate along")
     p.add_argument("--group", default="/", help="group holding the dataset")
     p.add_argument("--container", help="virtual chunk container (default: the files' folder)")

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, cast
 
 from ..core import resolve_target
 from ..errors import IcechunkSparkError, InvalidInputError, NotFoundError
@@ -17,7 +17,7 @@ from .materialize import Fetch, read_values
 from .metadata import UNMASKED_FILL
 from .ordering import Span, coordinate_path, order_spans, span_of
 from .references import ReferenceSet, parse_json_refs, parse_parquet_refs
-from .vds_open import scan_reference_set
+from .vds_open import PARSERS, ParserName, detect_parser, scan_reference_set
 from .writer import ImportSummary, absolute_url, container_options, resolve_all, write_reference_set
 
 if TYPE_CHECKING:
@@ -82,6 +82,33 @@ def load_reference_set(
     return parse_json_refs(loaded)
 
 
+# What ``parser=`` takes: kerchunk's HDF5 scanner, or VirtualiZarr's parsers by name (its
+# "kerchunk" parser reads reference files, which ``import_kerchunk`` imports).
+IMPORT_PARSERS = ("kerchunk", "virtualizarr", "auto", *(p for p in PARSERS if p != "kerchunk"))
+
+
+def check_parser(parser: str) -> None:
+    """Raises ``InvalidInputError`` for a name ``import_netcdf`` does not take."""
+    if parser not in IMPORT_PARSERS:
+        raise InvalidInputError(
+            f"parser must be one of {', '.join(IMPORT_PARSERS)}, not {parser!r}"
+        )
+
+
+def scan_with(
+    url: str,
+    parser: str,
+    storage_options: Mapping[str, Any] | None = None,
+    inline_threshold: int = 500,
+) -> ReferenceSet:
+    """One file's reference set, read by ``parser`` (see ``import_netcdf``)."""
+    if parser == "kerchunk":
+        refs = scan_netcdf(url, storage_options=storage_options, inline_threshold=inline_threshold)
+        return parse_json_refs(refs)
+    name = "hdf5" if parser == "virtualizarr" else parser
+    return scan_reference_set(url, cast(ParserName, name))
+
+
 def scan_netcdf(
     url: str,
     *,
@@ -120,6 +147,24 @@ def scan_netcdf(
 
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def check_readable(url: str, parser: str, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Refuse a file ``parser`` cannot read (see ``import_netcdf``), before anything is made.
+
+    Raises:
+        InvalidInputError: naming the file and what it is.
+        NotFoundError: the file does not exist.
+    """
+    check_parser(parser)
+    if parser in ("kerchunk", "virtualizarr", "hdf5"):
+        check_hdf5(url, storage_options)
+        return
+    found = detect_parser(url, storage_options)  # refuses what no parser reads (GRIB, HDF4)
+    if parser != "auto" and found != parser:
+        raise InvalidInputError(
+            f"{url!r} looks like a {found} file, not {parser}: pass --parser auto"
+        )
 
 
 def check_hdf5(url: str, storage_options: Mapping[str, Any] | None = None) -> None:
@@ -191,7 +236,7 @@ def import_netcdf(
     max_workers: int = 4,
     scans: Sequence[Mapping[str, Any]] | None = None,
     progress: Progress | None = None,
-    parser: Literal["kerchunk", "virtualizarr"] = "kerchunk",
+    parser: str = "kerchunk",
 ) -> ImportSummary:
     """Scan NetCDF4/HDF5 files and import them as one virtual dataset under ``group``.
 
@@ -209,10 +254,12 @@ def import_netcdf(
     (Spark executors scan in parallel, the driver combines); the files are not opened again.
     ``progress`` hears one step per file scanned.
 
-    ``parser``: who reads the HDF5 structure. ``"kerchunk"`` (kerchunk's
-    ``SingleHdf5ToZarr`` over h5py; chunks under ``inline_threshold`` bytes copied in) or
-    ``"virtualizarr"`` (VirtualiZarr's ``HDFParser``, the ``virtualizarr`` extra; every chunk
-    stays a ref). Both scans then go through the same ordering, combining and writing.
+    ``parser``: who reads the files. ``"kerchunk"`` (NetCDF4/HDF5: kerchunk's
+    ``SingleHdf5ToZarr`` over h5py; chunks under ``inline_threshold`` bytes copied in), or one
+    of VirtualiZarr's (the ``virtualizarr`` extra; every chunk stays a ref): ``"auto"`` (each
+    file's own, by its magic bytes: a folder may mix formats), ``"hdf5"`` (also
+    ``"virtualizarr"``), ``"netcdf3"``, ``"tiff"``, ``"fits"``, ``"zarr"``, ``"dmrpp"`` (see
+    ``open_virtual``). Every scan then goes through the same ordering, combining and writing.
 
     Raises:
         VirtualRefRefusedError: a file lies outside the virtual chunk containers (checked
@@ -226,14 +273,10 @@ def import_netcdf(
     containers = session.handle.config.virtual_chunk_containers
     absolute = [resolve_target(absolute_url(u), containers)[0] for u in files]  # refuse first
 
-    if parser not in ("kerchunk", "virtualizarr"):
-        raise InvalidInputError(f"parser must be 'kerchunk' or 'virtualizarr', not {parser!r}")
+    check_parser(parser)
 
     def scan(url: str) -> ReferenceSet:
-        if parser == "virtualizarr":
-            return scan_reference_set(url, "hdf5")
-        refs = scan_netcdf(url, storage_options=storage_options, inline_threshold=inline_threshold)
-        return parse_json_refs(refs)
+        return scan_with(url, parser, storage_options, inline_threshold)
 
     if scans is not None:
         if len(scans) != len(absolute):

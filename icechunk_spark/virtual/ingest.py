@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import resolve_target
 from ..errors import InvalidInputError
-from .importers import check_hdf5, import_netcdf
+from .importers import check_readable, import_netcdf
 
 if TYPE_CHECKING:
     from ..core import Session
@@ -151,18 +151,21 @@ def prepare_ingest(
     container: str | None = None,
     file_options: Mapping[str, Any] | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    parser: str = "kerchunk",
 ) -> tuple[Repository, IngestPlan]:
     """List the files ``pattern`` matches, open the repository for them, and plan the run.
 
     ``container`` defaults to the folder of the first file. A repository that does not
-    exist yet is created only once every file is known to be inside the container and an
-    HDF5 file (NetCDF4), so a refused first import leaves nothing behind.
+    exist yet is created only once every file is known to be inside the container and of a
+    format ``parser`` reads (see ``import_netcdf``), so a refused first import leaves nothing
+    behind.
 
     Raises:
-        InvalidInputError: nothing matches ``pattern``, or a file is not NetCDF4/HDF5.
+        InvalidInputError: nothing matches ``pattern``, or a file is not of a format
+            ``parser`` reads.
         VirtualRefRefusedError: a file lies outside the container (also via a symlink).
     """
-    repo, found = open_for_pattern(url, pattern, container, file_options, storage_options)
+    repo, found = open_for_pattern(url, pattern, container, file_options, storage_options, parser)
     return repo, plan_ingest(repo, found, branch)
 
 
@@ -172,12 +175,14 @@ def open_for_pattern(
     container: str | None = None,
     file_options: Mapping[str, Any] | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    parser: str = "kerchunk",
 ) -> tuple[Repository, list[str]]:
     """List the files ``pattern`` matches and open the repository for them (as
     ``prepare_ingest``, without deciding which files are new).
 
     Raises:
-        InvalidInputError: nothing matches ``pattern``, or a file is not NetCDF4/HDF5.
+        InvalidInputError: nothing matches ``pattern``, or a file is not of a format
+            ``parser`` reads.
         VirtualRefRefusedError: a file lies outside the container (also via a symlink).
     """
     from ..repository import Repository
@@ -187,7 +192,7 @@ def open_for_pattern(
     if not Repository.exists(url, storage_options):
         # Refuse what cannot be imported before the repository is created, not after.
         for file in found:
-            check_hdf5(resolve_target(file, [container])[0], file_options)
+            check_readable(resolve_target(file, [container])[0], parser, file_options)
     return open_for_files(url, container, file_options, storage_options), found
 
 
@@ -201,11 +206,12 @@ def ingest_files(
     scans: Sequence[Mapping[str, Any]] | None = None,
     message: str | None = None,
     progress: Progress | None = None,
+    parser: str = "kerchunk",
 ) -> str:
     """Rebuild the dataset under ``group`` from ``plan.files`` and commit; returns the snapshot.
 
     ``scans``: the files' reference sets, already scanned (by Spark executors); otherwise the
-    files are scanned here, in threads.
+    files are scanned here, in threads, by ``parser`` (see ``import_netcdf``).
 
     Raises:
         InvalidInputError: the plan has no new file, or the files do not concatenate.
@@ -223,6 +229,7 @@ def ingest_files(
         overwrite=True,
         scans=scans,
         progress=progress,
+        parser=parser,
     )
     text = message or f"ingest {len(plan.new)} new files ({len(plan.files)} in all)"
     unreferenced = sorted(set(plan.files) - referenced_files(session))
