@@ -1,6 +1,8 @@
-"""Ingest NetCDF4/HDF5 files as one virtual dataset: the bytes stay in the files.
+"""Ingest files as one virtual dataset: the bytes stay in the files.
 
-Executors scan only the files the dataset does not hold yet (kerchunk's HDF5 scanner) into
+Executors scan only the files the dataset does not hold yet (kerchunk's NetCDF4/HDF5 scanner,
+or with --parser any of VirtualiZarr's: NetCDF3, TIFF, FITS, Zarr...; --parser auto reads each
+file with its own, so a folder may mix formats) into
 ref rows with file-local chunk coords plus one small summary per file. The driver sees only
 the summaries: it checks the files agree with each other and the dataset, and places them
 after it along --concat-dim in the order of their times, not their names (a file whose times
@@ -13,6 +15,7 @@ new. Files that do not agree (another variable, dtype, packing...) are refused; 
 single-process `icechunk-spark import` combines such files by rebuilding the dataset.
 
     spark-submit jobs/ingest_virtual.py --files '/data/tas_*.nc' --repo file:///tmp/tas
+    spark-submit jobs/ingest_virtual.py --files '/archive/*.nc' --parser auto --repo ...
     spark-submit jobs/ingest_virtual.py --make-sample demo-data --days 10   # sample files
 """
 
@@ -27,6 +30,7 @@ from icechunk_spark.errors import InvalidInputError
 from icechunk_spark.exit import exit_process
 from icechunk_spark.repository import Repository
 from icechunk_spark.spark.jobs import base_parser, run, spark_session, storage_options
+from icechunk_spark.virtual.importers import IMPORT_PARSERS
 
 
 def make_sample(folder: str, days: int, first_day: int = 0) -> list[str]:
@@ -62,7 +66,14 @@ def make_sample(folder: str, days: int, first_day: int = 0) -> list[str]:
 
 def main() -> int:
     parser = base_parser(__doc__)
-    parser.add_argument("--files", help="glob of NetCDF4/HDF5 files (local path, file:// or s3://)")
+    parser.add_argument("--files", help="glob of files (local path, file:// or s3://)")
+    parser.add_argument(
+        "--parser",
+        default="kerchunk",
+        choices=IMPORT_PARSERS,
+        help="who reads each file on the executors: kerchunk's NetCDF4/HDF5 scanner (default) "
+        "or a VirtualiZarr parser (auto: each file's own, so a folder may mix formats)",
+    )
     parser.add_argument("--concat-dim", default="time")
     parser.add_argument("--group", default="/")
     parser.add_argument(
@@ -103,6 +114,7 @@ def main() -> int:
             file_options=storage_options(args.files_option),
             storage_options=storage_options(args.storage_option),
             message=args.message,
+            parser=args.parser,
         )
         print(
             f"ingest_virtual: {len(result.imported)} new files imported, "

@@ -84,20 +84,24 @@ def ingest_virtual(
     file_options: Mapping[str, Any] | None = None,
     storage_options: Mapping[str, Any] | None = None,
     message: str | None = None,
+    parser: str = "kerchunk",
 ) -> IngestResult:
     """Append the files ``pattern`` matches that the dataset does not hold yet; one commit.
+
+    ``parser``: who reads each file on the executors (``import_netcdf``'s names: kerchunk's
+    NetCDF4/HDF5 scanner, or a VirtualiZarr parser; ``"auto"`` reads each file with its own).
 
     >>> ingest_virtual(spark, "s3://bucket/tas", "s3://data/tas_*.nc")  # doctest: +SKIP
 
     Raises:
         CoordinateOrderError: a new file's times repeat or overlap another's, do not
             increase, or do not start after the dataset's last time (appends only).
-        InvalidInputError: nothing matches, a file is not NetCDF4/HDF5, or the files
-            disagree with each other or the dataset.
+        InvalidInputError: nothing matches, a file is not of a format ``parser`` reads, or
+            the files disagree with each other or the dataset.
         VirtualRefRefusedError: a file lies outside the virtual chunk container.
     """
     received: list[Received] = []
-    repo, found = open_for_pattern(url, pattern, container, file_options, storage_options)
+    repo, found = open_for_pattern(url, pattern, container, file_options, storage_options, parser)
     containers = {p: dict(o) for p, o in repo.config.virtual_chunk_containers.items()}
     canonical = sorted({resolve_target(f, containers)[0] for f in found})
     recorded = recorded_files(repo, branch)
@@ -113,7 +117,7 @@ def ingest_virtual(
         for batch in batches:
             for file in batch.column("url").to_pylist():
                 rows, summary = scan_file(
-                    file, concat_dim, group, containers, storage_options=options
+                    file, concat_dim, group, containers, storage_options=options, parser=parser
                 )
                 yield from _scanned_batches(rows, summary)
 

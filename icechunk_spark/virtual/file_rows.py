@@ -33,10 +33,10 @@ from ..core import resolve_target
 from ..errors import InvalidInputError
 from ..format.paths import normalize_path
 from .combine import inherited_attrs
-from .importers import fetcher, scan_netcdf
+from .importers import check_parser, fetcher, scan_with
 from .materialize import read_values
 from .ordering import Span, coordinate_path, span_of
-from .references import ArrayRefs, ReferenceSet, parse_json_refs
+from .references import ArrayRefs, ReferenceSet
 from .writer import absolute_url, resolve_all
 
 ROW_SCHEMA = pa.schema(
@@ -210,13 +210,15 @@ def scan_file(
     *,
     storage_options: Mapping[str, Any] | None = None,
     inline_threshold: int = 500,
+    parser: str = "kerchunk",
 ) -> tuple[pa.Table, FileSummary]:
     """Scan one file (on an executor): its ref rows with file-local coords, and its summary.
+    ``parser`` reads it (``import_netcdf``'s names; ``"auto"``: the file's own format).
 
     Raises:
         VirtualRefRefusedError: the file (or a ref of it) lies outside ``containers``,
             checked before the file is opened.
-        InvalidInputError: not a NetCDF4/HDF5 file, or none of its arrays has ``dim``.
+        InvalidInputError: not a file ``parser`` reads, or none of its arrays has ``dim``.
         NotFoundError: the file does not exist.
     """
     import fsspec.core
@@ -225,9 +227,8 @@ def scan_file(
     from .writer import container_options
 
     canonical = resolve_target(absolute_url(url), containers)[0]
-    refset = parse_json_refs(
-        scan_netcdf(canonical, storage_options=storage_options, inline_threshold=inline_threshold)
-    )
+    check_parser(parser)
+    refset = scan_with(canonical, parser, storage_options, inline_threshold)
     locations = resolve_all(refset, containers, None)
     options = {**container_options(canonical, containers), **dict(storage_options or {})}
     fs, fs_path = fsspec.core.url_to_fs(canonical, **options)

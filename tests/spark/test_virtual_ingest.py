@@ -181,3 +181,25 @@ def test_files_are_placed_in_time_order_and_a_rerun_only_appends(
         run(spark, url, folder)
     assert refused.value.files == ((folder / "z_backfill.nc").as_uri(),)
     assert Repository.open(url).lookup_branch("main") == second.snapshot
+
+
+def test_a_folder_of_netcdf3_and_netcdf4_files_is_scanned_with_each_files_parser(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``parser="auto"``: each executor reads its file with VirtualiZarr's parser for the
+    file's format; the result equals xarray's reading of the files, chunks still refs."""
+    pytest.importorskip("virtualizarr", reason="the virtualizarr extra is not installed")
+    from tests.test_cli import _days
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    _days(folder, 0, 2, "NETCDF3_CLASSIC")
+    _days(folder, 2, 2, "NETCDF4", endian="big", contiguous=True)
+    url = (tmp_path / "repo").as_uri()
+    result = ingest_virtual(spark, url, str(folder / "*.nc"), parser="auto")
+    assert len(result.imported) == 2
+    got = read(url, folder)
+    expected = xr.concat([xr.open_dataset(p) for p in sorted(folder.glob("*.nc"))], "time")
+    xr.testing.assert_equal(got.tas, expected.tas.load())
+    refs = Repository.open(url).readonly_session().chunk_refs("/tas").to_pylist()
+    assert all(r["virtual_path"] for r in refs)
