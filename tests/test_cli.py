@@ -268,29 +268,6 @@ def _read_pty(fd: int) -> bytes:
         return b""
 
 
-def _days(folder, first_day: int, days: int, fmt: str, **variable):
-    """``days`` days of a small series as one file, NetCDF4 or NetCDF3, in ``folder``;
-    ``variable``: netCDF4's createVariable options for ``tas`` (endian, zlib...)."""
-    import netCDF4
-    import numpy as np
-
-    path = folder / f"tas_{first_day:03d}.nc"
-    with netCDF4.Dataset(path, "w", format=fmt) as ds:
-        ds.createDimension("time", days)
-        ds.createDimension("lat", 20)  # chunks of 4.8 kB: over every inlining threshold
-        ds.createDimension("lon", 30)
-        time = ds.createVariable("time", "f8", ("time",))
-        time.units, time.calendar = "days since 2000-01-01", "standard"
-        time[:] = np.arange(first_day, first_day + days)
-        dtype = ">f4" if variable.get("endian") == "big" else "f4"
-        # The same _FillValue in every file: else each parser reports its format's default
-        # fill for the unwritten chunks, and files that disagree are copied, not referenced.
-        dims = ("time", "lat", "lon")
-        tas = ds.createVariable("tas", dtype, dims, fill_value=-999.0, **variable)
-        tas[:] = np.arange(days * 600, dtype="float32").reshape(days, 20, 30) + first_day
-    return path
-
-
 @pytest.mark.parametrize(
     ("newer", "kind"),
     [
@@ -304,11 +281,13 @@ def test_import_a_folder_of_netcdf3_and_netcdf4_files_with_the_auto_parser(tmp_p
     dataset, each file read by its own parser (VirtualiZarr's), equal to xarray's reading."""
     import xarray as xr
 
+    from tests.virtual.netcdf_data import write_days
+
     pytest.importorskip("virtualizarr", reason="the virtualizarr extra is not installed")
     data = tmp_path / "data"
     data.mkdir()
-    _days(data, 0, 2, "NETCDF3_CLASSIC")
-    _days(data, 2, 2, "NETCDF4", **newer)
+    write_days(data, 0, 2, "NETCDF3_CLASSIC")
+    write_days(data, 2, 2, "NETCDF4", **newer)
     url = (tmp_path / "virtual").as_uri()
     done = run_json("import", url, str(data / "*.nc"), "--parser", "auto")
     assert (done["new_files"], done["committed"]) == (2, True)
@@ -327,10 +306,12 @@ def test_import_a_folder_of_netcdf3_and_netcdf4_files_with_the_auto_parser(tmp_p
 
 
 def test_import_with_a_parser_that_does_not_fit_is_refused_before_anything_is_made(tmp_path):
+    from tests.virtual.netcdf_data import write_days
+
     pytest.importorskip("virtualizarr", reason="the virtualizarr extra is not installed")
     data = tmp_path / "data"
     data.mkdir()
-    _days(data, 0, 2, "NETCDF3_CLASSIC")
+    write_days(data, 0, 2, "NETCDF3_CLASSIC")
     url = (tmp_path / "virtual").as_uri()
     refused = run("import", url, str(data / "*.nc"), "--parser", "tiff", ok=False)
     assert refused.returncode == 1 and "looks like a netcdf3 file, not tiff" in refused.stderr

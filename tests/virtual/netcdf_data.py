@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import netCDF4
 import numpy as np
@@ -124,4 +125,24 @@ def write_days(path: Path, first: str, days: int = 1) -> Path:
         coords={"time": times, "lat": np.arange(4.0), "lon": np.arange(6.0)},
     )
     ds.to_netcdf(path, engine="netcdf4", encoding={"tas": {"chunksizes": (1, 2, 3)}})
+    return path
+
+
+def write_days(folder: Path, first_day: int, days: int, fmt: str, **variable: Any) -> Path:
+    """``days`` days of a small series as one file, NetCDF4 or NetCDF3, in ``folder``;
+    ``variable``: netCDF4's createVariable options for ``tas`` (endian, zlib...)."""
+    path = folder / f"tas_{first_day:03d}.nc"
+    with netCDF4.Dataset(path, "w", format=fmt) as ds:
+        ds.createDimension("time", days)
+        ds.createDimension("lat", 20)  # chunks of 4.8 kB: over every inlining threshold
+        ds.createDimension("lon", 30)
+        time = ds.createVariable("time", "f8", ("time",))
+        time.units, time.calendar = "days since 2000-01-01", "standard"
+        time[:] = np.arange(first_day, first_day + days)
+        dtype = ">f4" if variable.get("endian") == "big" else "f4"
+        # The same _FillValue in every file: else each parser reports its format's default
+        # fill for the unwritten chunks, and files that disagree are copied, not referenced.
+        dims = ("time", "lat", "lon")
+        tas = ds.createVariable("tas", dtype, dims, fill_value=-999.0, **variable)
+        tas[:] = np.arange(days * 600, dtype="float32").reshape(days, 20, 30) + first_day
     return path
