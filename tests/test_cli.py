@@ -281,13 +281,13 @@ def test_import_a_folder_of_netcdf3_and_netcdf4_files_with_the_auto_parser(tmp_p
     dataset, each file read by its own parser (VirtualiZarr's), equal to xarray's reading."""
     import xarray as xr
 
-    from tests.virtual.netcdf_data import write_days
+    from tests.virtual.netcdf_data import write_series_file
 
     pytest.importorskip("virtualizarr", reason="the virtualizarr extra is not installed")
     data = tmp_path / "data"
     data.mkdir()
-    write_days(data, 0, 2, "NETCDF3_CLASSIC")
-    write_days(data, 2, 2, "NETCDF4", **newer)
+    write_series_file(data, 0, 2, "NETCDF3_CLASSIC")
+    write_series_file(data, 2, 2, "NETCDF4", **newer)
     url = (tmp_path / "virtual").as_uri()
     done = run_json("import", url, str(data / "*.nc"), "--parser", "auto")
     assert (done["new_files"], done["committed"]) == (2, True)
@@ -306,12 +306,12 @@ def test_import_a_folder_of_netcdf3_and_netcdf4_files_with_the_auto_parser(tmp_p
 
 
 def test_import_with_a_parser_that_does_not_fit_is_refused_before_anything_is_made(tmp_path):
-    from tests.virtual.netcdf_data import write_days
+    from tests.virtual.netcdf_data import write_series_file
 
     pytest.importorskip("virtualizarr", reason="the virtualizarr extra is not installed")
     data = tmp_path / "data"
     data.mkdir()
-    write_days(data, 0, 2, "NETCDF3_CLASSIC")
+    write_series_file(data, 0, 2, "NETCDF3_CLASSIC")
     url = (tmp_path / "virtual").as_uri()
     refused = run("import", url, str(data / "*.nc"), "--parser", "tiff", ok=False)
     assert refused.returncode == 1 and "looks like a netcdf3 file, not tiff" in refused.stderr

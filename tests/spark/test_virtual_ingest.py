@@ -189,12 +189,12 @@ def test_a_folder_of_netcdf3_and_netcdf4_files_is_scanned_with_each_files_parser
     """``parser="auto"``: each executor reads its file with VirtualiZarr's parser for the
     file's format; the result equals xarray's reading of the files, chunks still refs."""
     pytest.importorskip("virtualizarr", reason="the virtualizarr extra is not installed")
-    from tests.virtual.netcdf_data import write_days
+    from tests.virtual.netcdf_data import write_series_file
 
     folder = tmp_path / "data"
     folder.mkdir()
-    write_days(folder, 0, 2, "NETCDF3_CLASSIC")
-    write_days(folder, 2, 2, "NETCDF4", endian="big", contiguous=True)
+    write_series_file(folder, 0, 2, "NETCDF3_CLASSIC")
+    write_series_file(folder, 2, 2, "NETCDF4", endian="big", contiguous=True)
     url = (tmp_path / "repo").as_uri()
     result = ingest_virtual(spark, url, str(folder / "*.nc"), parser="auto")
     assert len(result.imported) == 2

@@ -128,7 +128,7 @@ def write_days(path: Path, first: str, days: int = 1) -> Path:
     return path
 
 
-def write_days(folder: Path, first_day: int, days: int, fmt: str, **variable: Any) -> Path:
+def write_series_file(folder: Path, first_day: int, days: int, fmt: str, **variable: Any) -> Path:
     """``days`` days of a small series as one file, NetCDF4 or NetCDF3, in ``folder``;
     ``variable``: netCDF4's createVariable options for ``tas`` (endian, zlib...)."""
     path = folder / f"tas_{first_day:03d}.nc"
