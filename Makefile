@@ -12,6 +12,10 @@ PY312 ?= $(shell for p in $$(command -v python3.12) $$(ls -d $$(pyenv root 2>/de
 ICECHUNK_VENV := bench/.venv312
 # Pinned so side-by-side figures compare against a known release (the benchmarks print it).
 ICECHUNK_VERSION := 2.3.0
+# VirtualiZarr's own Icechunk writer, beside ours (bench_virtual.py --part 3). Not the 2.5.1 our
+# extra pins: up to 2.6.0 it imports zarr's RegularChunkGrid, gone from the zarr (3.4) that
+# Icechunk 2.3 installs with; 2.6.1 is the first that fits, this the newest.
+VIRTUALIZARR_BENCH_VERSION := 2.8.0
 
 # Azurite, the Azure Storage emulator the tests start, comes from npm into .emulators/ (never
 # committed) when node is on PATH; without node the Azure tests skip and say why. 3.35 is the
@@ -49,7 +53,8 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 $(ICECHUNK_VENV)/bin/python:
-	@if [ -n "$(PY312)" ]; then $(PY312) -m venv $(ICECHUNK_VENV) && $(ICECHUNK_VENV)/bin/python -m pip install --quiet icechunk==$(ICECHUNK_VERSION) numpy; \
+	@if [ -n "$(PY312)" ]; then $(PY312) -m venv $(ICECHUNK_VENV) && $(ICECHUNK_VENV)/bin/python -m pip install --quiet icechunk==$(ICECHUNK_VERSION) numpy \
+		virtualizarr==$(VIRTUALIZARR_BENCH_VERSION) psutil; \
 	else echo "no Python 3.12: benchmarks run without the Icechunk column"; fi
 
 # The main jobs on local files: a computed datacube and a virtual dataset of sample NetCDF

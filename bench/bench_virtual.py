@@ -1,6 +1,7 @@
 """Virtual-ref benchmarks (issue: virtual refs, kerchunk import and the chunk inventory).
 
-    .venv/bin/python bench/bench_virtual.py [--refs 1000000] [--chunks 1000] [--icechunk]
+    .venv/bin/python bench/bench_virtual.py [--part 1 2 3] [--refs 1000000] [--chunks 1000]
+                                            [--icechunk]
 
 1. Import N virtual refs through the bulk path (``Session.set_chunk_refs``) and commit, on
    local disk, in a fresh subprocess: seconds to set the refs and to commit, manifest bytes
@@ -16,13 +17,19 @@
    reads (the 2 ms batching window); zarr through ``session.store``; N concurrent
    ``read_async`` coroutines (what an async store could do); and one read at a time
    (nothing to coalesce: the baseline). Target: <= 10 requests for 1,000 chunks.
+3. A VirtualiZarr virtual dataset of N refs (one ManifestArray variable, the refs of part 1)
+   written by our ``write_virtual_dataset`` and by VirtualiZarr's own Icechunk writer
+   (``vds.vz.to_icechunk``, Icechunk 2.3 in ``bench/.venv312``), each in a fresh process
+   (bench/virtualizarr_side.py): seconds of the write and the commit, and the peak RSS of
+   the process tree (MB = 10^6 bytes). Goal: ours <= 0.25x Icechunk's time and <= 1 GB.
+   ``bench_virtual.py --part 3 --refs 10000000`` (only part 3 is run by default, of the
+   three, never: it is the slow one).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,28 +42,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from bench.common import peak_rss_mb, print_table, timed
+from bench.common import peak_rss_mb, print_table, run_json, timed
+from bench.virtualizarr_side import CELLS, FILE_NAME, ref_layout
 from icechunk_spark import Repository
 from icechunk_spark.core import VirtualRequest
 
-CELLS = 1000
 CONTAINER = "file:///data/"
-ICECHUNK_PYTHON = Path(__file__).resolve().parent / ".venv312" / "bin" / "python"
+HERE = Path(__file__).resolve().parent
+ICECHUNK_PYTHON = HERE / ".venv312" / "bin" / "python"
+VIRTUALIZARR_SIDE = HERE / "virtualizarr_side.py"
+# Issue 31's goal for part 3: our write + commit against VirtualiZarr's writer into Icechunk.
+GOAL_TIME_RATIO = 0.25
+GOAL_PEAK_MB = 1000  # 1 GB
 
 
 def virtual_refs(refs: int, seed: int = 0) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
     """Coords (steps x CELLS grid), URLs, offsets, lengths: one file per 10 steps."""
+    file_no, offsets, lengths = ref_layout(refs, seed)
+    urls = [CONTAINER + FILE_NAME.format(f) for f in file_no.tolist()]
     steps = refs // CELLS
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(20_000, 40_000, steps * CELLS).astype(np.uint64)
-    step = np.repeat(np.arange(steps), CELLS)
-    file_no = step // 10
-    ends = np.cumsum(lengths)
-    starts = ends - lengths
-    offsets = starts - starts[np.searchsorted(file_no, file_no, side="left")]
-    urls = [f"{CONTAINER}run/day-{f}.nc" for f in file_no.tolist()]
     coords = np.stack(np.unravel_index(np.arange(steps * CELLS), (steps, CELLS)), axis=1)
-    return coords, urls, offsets.astype(np.uint64), lengths
+    return coords, urls, offsets, lengths
 
 
 def import_refs(refs: int, checksums: bool) -> dict[str, float]:
@@ -134,29 +140,15 @@ print(json.dumps({"set_refs_s": set_s, "commit_s": commit_s, "bytes_per_ref": si
 """
 
 
-def icechunk_import(refs: int) -> dict[str, float] | None:
+def icechunk_import(refs: int) -> dict[str, Any] | None:
     if not ICECHUNK_PYTHON.exists():
         return None
-    out = subprocess.run(
-        [str(ICECHUNK_PYTHON), "-c", ICECHUNK_SCRIPT, str(refs)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    return run_json([str(ICECHUNK_PYTHON), "-c", ICECHUNK_SCRIPT, str(refs)])
 
 
-def in_subprocess(refs: int, checksums: bool) -> dict[str, float]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child-import", str(refs)]
-        + (["--checksums"] if checksums else []),
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+def in_subprocess(refs: int, checksums: bool) -> dict[str, Any]:
+    argv = [sys.executable, __file__, "--child-import", str(refs)]
+    return run_json(argv + (["--checksums"] if checksums else []))
 
 
 # -- coalesced reads ----------------------------------------------------------------------
@@ -264,25 +256,16 @@ def read_adjacent(chunks: int, size: int = 4096) -> list[list[Any]]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--refs", type=int, default=1_000_000)
-    parser.add_argument("--chunks", type=int, default=1000)
-    parser.add_argument("--icechunk", action="store_true", help="also run Icechunk (py3.12)")
-    parser.add_argument("--child-import", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--checksums", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child_import:
-        print(json.dumps(import_refs(args.child_import, args.checksums)))
-        return
+def print_import(refs: int, icechunk: bool) -> None:
+    """Part 1: ours with and without checksums, each in a fresh process; Icechunk if asked."""
     rows = []
     for checksums in (True, False):
-        r = in_subprocess(args.refs, checksums)
+        r = in_subprocess(refs, checksums)
         label = "icechunk-spark" + (" (with checksums)" if checksums else "")
         rows.append(
             [
                 label,
-                args.refs,
+                refs,
                 r["set_refs_s"],
                 r["commit_s"],
                 r["bytes_per_ref"],
@@ -290,13 +273,13 @@ def main() -> None:
                 r["peak_rss_mb"],
             ]
         )
-    if args.icechunk:
-        r = icechunk_import(args.refs) or {}
+    if icechunk:
+        r = icechunk_import(refs) or {}
         if r:
             rows.append(
                 [
                     "Icechunk 2.x (no checksums)",
-                    args.refs,
+                    refs,
                     r["set_refs_s"],
                     r["commit_s"],
                     r["bytes_per_ref"],
@@ -317,11 +300,88 @@ def main() -> None:
         ],
         rows,
     )
+
+
+def print_virtualizarr(refs: int) -> None:
+    """Part 3: each writer in a fresh process (bench/virtualizarr_side.py), ours judged
+    against the goal. The tree's peak is sampled during the write and the commit, so it
+    holds the dataset too (its RSS before the write is beside it); ``ru_maxrss`` is the
+    process's peak over the whole run, which a 0.1 s sample cannot miss."""
+    side = [str(VIRTUALIZARR_SIDE), "--refs", str(refs), "--system"]
+    sides = [run_json([sys.executable, *side, "ours"])]
+    if ICECHUNK_PYTHON.exists():
+        sides.append(run_json([str(ICECHUNK_PYTHON), *side, "icechunk"]))
+    else:
+        print("bench/.venv312 is missing (make bench builds it): no Icechunk row")
+    theirs = sides[1]["seconds"] if len(sides) > 1 else None
+    rows = []
+    for r in sides:
+        ratio = r["seconds"] / theirs if theirs else None
+        goal = "-"
+        if r["system"] == "ours":
+            peak = max(r["tree_peak_mb"], r["process_peak_mb"])
+            fast = "?" if ratio is None else ("yes" if ratio <= GOAL_TIME_RATIO else "no")
+            goal = f"time {fast}, memory {'yes' if peak <= GOAL_PEAK_MB else 'no'}"
+        rows.append(
+            [
+                r["label"],
+                refs,
+                r["seconds"],
+                "-" if ratio is None else f"{ratio:.2f}x",
+                r["rss_before_mb"],
+                r["tree_peak_mb"],
+                r["tree_peak_mb"] - r["rss_before_mb"],
+                r["process_peak_mb"],
+                goal,
+            ]
+        )
     print_table(
-        "Read adjacent virtual chunks of one file (target: <= 10 requests for 1,000)",
-        ["path", "chunks", "requests", "seconds"],
-        read_adjacent(args.chunks),
+        f"A VirtualiZarr dataset written + committed, local disk (MB = 10^6 bytes; goal: ours "
+        f"<= {GOAL_TIME_RATIO}x Icechunk's time and <= {GOAL_PEAK_MB:,} MB peak)",
+        [
+            "writer",
+            "refs",
+            "write+commit s",
+            "x Icechunk",
+            "RSS before MB",
+            "tree peak MB",
+            "peak - before MB",
+            "ru_maxrss MB",
+            "goal met",
+        ],
+        rows,
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument(
+        "--part",
+        type=int,
+        nargs="+",
+        choices=(1, 2, 3),
+        default=[1, 2],
+        help="which parts to run (3, VirtualiZarr's writer, only when named)",
+    )
+    parser.add_argument("--refs", type=int, default=1_000_000)
+    parser.add_argument("--chunks", type=int, default=1000)
+    parser.add_argument("--icechunk", action="store_true", help="also run Icechunk (py3.12)")
+    parser.add_argument("--child-import", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--checksums", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child_import:
+        print(json.dumps(import_refs(args.child_import, args.checksums)))
+        return
+    if 1 in args.part:
+        print_import(args.refs, args.icechunk)
+    if 2 in args.part:
+        print_table(
+            "Read adjacent virtual chunks of one file (target: <= 10 requests for 1,000)",
+            ["path", "chunks", "requests", "seconds"],
+            read_adjacent(args.chunks),
+        )
+    if 3 in args.part:
+        print_virtualizarr(args.refs)
 
 
 if __name__ == "__main__":

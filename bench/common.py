@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -54,6 +56,18 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     start = time.perf_counter()
     result = fn()
     return time.perf_counter() - start, result
+
+
+def run_json(argv: Sequence[str]) -> dict[str, Any]:
+    """Run a benchmark side in a fresh process and return the JSON object its last line holds.
+
+    Raises:
+        SystemExit: the side failed; its last lines of stderr say why.
+    """
+    proc = subprocess.run(list(argv), capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed:\n{proc.stderr[-3000:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
 def median_seconds(fn: Callable[[], Any], repeat: int) -> float:

@@ -69,7 +69,9 @@ def manifest_coords_and_refs(manifest: Any, ndim: int) -> tuple[np.ndarray, pa.T
     """A ``ChunkManifest``'s present chunks: ``(n, ndim)`` coords (C order) and REF_COLUMNS.
 
     Vectorized: one mask over ``_paths``, ``argwhere`` for the coords, and Arrow arrays made
-    from the masked numpy arrays (a ``StringDType`` array converts in C).
+    from the masked numpy arrays (a ``StringDType`` array converts in C). When every chunk
+    is present (the usual manifest) the arrays are taken flat instead of masked: views, not
+    copies of millions of strings.
     """
     paths = np.asarray(manifest._paths)
     if paths.ndim != ndim and not (ndim == 0 and paths.size == 1):
@@ -78,18 +80,25 @@ def manifest_coords_and_refs(manifest: Any, ndim: int) -> tuple[np.ndarray, pa.T
         )
     paths = paths.reshape(paths.shape if ndim else ())
     present = paths != ""
+    everywhere = bool(present.all())
+
+    def pick(values: np.ndarray) -> np.ndarray:
+        values = values.reshape(paths.shape)
+        return values.reshape(-1) if everywhere else values[present]
+
     coords = np.argwhere(present).astype(np.int64, copy=False)
     if ndim == 0:
         coords = coords.reshape(int(np.count_nonzero(present)), 0)
-    offsets = np.asarray(manifest._offsets).reshape(paths.shape)[present]
-    lengths = np.asarray(manifest._lengths).reshape(paths.shape)[present]
+    offsets = pick(np.asarray(manifest._offsets))
+    lengths = pick(np.asarray(manifest._lengths))
     if offsets.size and (int(offsets.max()) >= 2**63 or int(lengths.max()) >= 2**63):
         raise InvalidInputError("a chunk manifest holds an offset or length past 2**63")
     table = pa.table(
         [
-            pa.array(paths[present], pa.string()),
-            pa.array(offsets.astype(np.int64), pa.int64()),
-            pa.array(lengths.astype(np.int64), pa.int64()),
+            pa.array(pick(paths), pa.string()),
+            # Below 2**63 (checked above) uint64 and int64 share their bits: no copy.
+            pa.array(offsets.astype(np.uint64, copy=False).view(np.int64), pa.int64()),
+            pa.array(lengths.astype(np.uint64, copy=False).view(np.int64), pa.int64()),
             pa.nulls(coords.shape[0], pa.binary()),
         ],
         schema=REF_COLUMNS,
