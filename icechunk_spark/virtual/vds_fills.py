@@ -76,9 +76,28 @@ def restore_masking(vds: Any, fills: Mapping[str, Any]) -> None:
             continue
         if "_FillValue" in variable.attrs or "_FillValue" in variable.encoding:
             continue
-        native = variable.data.dtype
-        value = fills[name]
-        scalar = np.array(float(value) if isinstance(value, str) else value).astype(native)
-        encoded = xarray_fill_value(scalar.item(), native)
+        encoded = fill_attribute(fills[name], variable.data.dtype)
         if encoded is not None:
             variable.attrs["_FillValue"] = encoded
+
+
+def masked_docs(
+    docs: Mapping[str, Mapping[str, Any]], fills: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """``restore_masking`` for arrays as v3 documents (name -> ``zarr.json``): the documents
+    that gain a ``_FillValue`` attribute, as new documents."""
+    out = {}
+    for name, doc in docs.items():
+        attributes = dict(doc.get("attributes") or {})
+        if name not in fills or "_FillValue" in attributes:
+            continue
+        encoded = fill_attribute(fills[name], np.dtype(doc["data_type"]))
+        if encoded is not None:
+            out[name] = {**doc, "attributes": {**attributes, "_FillValue": encoded}}
+    return out
+
+
+def fill_attribute(value: Any, native: np.dtype[Any]) -> Any | None:
+    """The ``_FillValue`` attribute (xarray's v3 encoding) of a v2 fill value, or None."""
+    scalar = np.array(float(value) if isinstance(value, str) else value).astype(native)
+    return xarray_fill_value(scalar.item(), native)

@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any, Literal
 from urllib.parse import urlparse
 
 from ..core import resolve_target
 from ..errors import IcechunkSparkError, InvalidInputError, NotFoundError
 from .references import ArrayRefs, ReferenceSet
-from .vds_fills import V2_PARSERS, restore_masking, v2_fill_values
+from .vds_fills import V2_PARSERS, masked_docs, restore_masking, v2_fill_values
 from .vds_refs import encode_attrs, is_manifest_array, require_virtualizarr, variable_refs
 from .writer import absolute_url
 
@@ -277,4 +278,8 @@ def scan_reference_set(
             if not is_manifest_array(variable.data):
                 raise InvalidInputError(f"{url!r}: the {name} parser did not virtualize {path!r}")
             arrays[path] = variable_refs(var_name, variable, path)
+    if name in V2_PARSERS:  # as open_virtual: the masking the v2 -> v3 conversion drops
+        roots = {p: a.doc for p, a in arrays.items() if "/" not in p}
+        for path, doc in masked_docs(roots, v2_fill_values(url, name)).items():
+            arrays[path] = replace(arrays[path], doc=doc)
     return ReferenceSet(groups, arrays)

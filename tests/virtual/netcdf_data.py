@@ -136,7 +136,10 @@ def write_series_file(folder: Path, first_day: int, days: int, fmt: str, **varia
         ds.createDimension("time", days)
         ds.createDimension("lat", 20)  # chunks of 4.8 kB: over every inlining threshold
         ds.createDimension("lon", 30)
-        time = ds.createVariable("time", "f8", ("time",))
+        # An explicit fill for time too: without one each format reports its own default
+        # (NaN for NetCDF3, 9.97e36 for NetCDF4), and a file-by-file append (the Spark job)
+        # refuses files whose metadata disagree.
+        time = ds.createVariable("time", "f8", ("time",), fill_value=-999.0)
         time.units, time.calendar = "days since 2000-01-01", "standard"
         time[:] = np.arange(first_day, first_day + days)
         dtype = ">f4" if variable.get("endian") == "big" else "f4"
