@@ -28,8 +28,9 @@ checked before any byte is read, as our importers do.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, Literal
 from urllib.parse import urlparse
@@ -106,7 +107,7 @@ def open_virtual(
     virtualizarr = require_virtualizarr()
     name = detect_parser(url, storage_options) if parser == "auto" else parser
     vz_parser = make_parser(name, url, storage_options, parser_options)
-    try:
+    with parser_errors(url, name):
         vds = virtualizarr.open_virtual_dataset(
             url,
             registry=registry if registry is not None else make_registry(url),
@@ -118,6 +119,13 @@ def open_virtual(
         if name in V2_PARSERS:  # the v2 fill values VirtualiZarr's conversion stops masking
             restore_masking(vds, v2_fill_values(url, name, storage_options))
         return vds
+
+
+@contextlib.contextmanager
+def parser_errors(url: str, name: str) -> Iterator[None]:
+    """What a VirtualiZarr parser raises, as our errors."""
+    try:
+        yield
     except FileNotFoundError:
         raise NotFoundError(f"{url!r} does not exist") from None
     except IcechunkSparkError:
@@ -250,19 +258,13 @@ def scan_reference_set(
     url = absolute_url(url)
     virtualizarr = require_virtualizarr()
     name = detect_parser(url) if parser == "auto" else parser
-    try:
+    with parser_errors(url, name):
         tree = virtualizarr.open_virtual_datatree(
             url,
             registry=registry if registry is not None else make_registry(url),
             parser=make_parser(name, url, None, parser_options),
             loadable_variables=[],
         )
-    except FileNotFoundError:
-        raise NotFoundError(f"{url!r} does not exist") from None
-    except IcechunkSparkError:
-        raise
-    except Exception as exc:  # each parser raises its own kinds on what it cannot read
-        raise InvalidInputError(f"{url!r}: the {name} parser cannot read it: {exc}") from exc
     groups: dict[str, dict[str, Any]] = {}
     arrays: dict[str, ArrayRefs] = {}
     for key, node in tree.subtree_with_keys:
