@@ -242,8 +242,10 @@ def decode_state(data: bytes, name: str) -> State:
     return state
 
 
-# A handful: the hint and the newest state files of the repositories a process has open.
-_DECODED_MAX = 8
+# Few: a state lists every snapshot, so a long history makes each entry megabytes; the hits
+# that matter are the same newest state read again (the hint, then ``t/<g>``, commit after
+# commit).
+_DECODED_MAX = 2
 _DECODED: dict[bytes, State] = {}
 _DECODED_LOCK = threading.Lock()
 
