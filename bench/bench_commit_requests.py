@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
-import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -25,6 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.bench_writers import s3_server
 from bench.common import print_table
 from bench.request_log import sequential_rounds
 from tests.support.emulators import free_port
@@ -71,32 +72,24 @@ def main() -> None:
     )
     parser.add_argument("--commits", type=int, default=10)
     args = parser.parse_args()
-    moto_port, proxy_port = free_port(), free_port()
-    moto = start([sys.executable, "-m", "tests.support.moto_server", str(moto_port)])
-    proxy = start(
-        [
-            sys.executable,
-            str(HERE / "request_log.py"),
-            str(proxy_port),
-            f"http://127.0.0.1:{moto_port}",
-        ]
-    )
-    try:
-        urllib.request.urlopen(
-            urllib.request.Request(f"http://127.0.0.1:{moto_port}/bench", method="PUT")
-        ).close()
-        endpoint = f"http://127.0.0.1:{proxy_port}"
-        rows = [row("icechunk-spark", side(Path(sys.executable), "ours", endpoint, args.commits))]
-        if ICECHUNK_PYTHON.exists():
-            rows.append(
-                row("Icechunk 2.3", side(ICECHUNK_PYTHON, "icechunk", endpoint, args.commits))
-            )
-        else:
-            rows.append(["Icechunk", "not installed (make bench/.venv312/bin/python)", "", "", ""])
-    finally:
-        for proc in (proxy, moto):
-            proc.terminate()
-            proc.wait(timeout=10)
+    proxy_port = free_port()
+    with s3_server():  # moto with a ``bench`` bucket, in BENCH_S3_ENDPOINT
+        moto = os.environ["BENCH_S3_ENDPOINT"]
+        proxy = start([sys.executable, str(HERE / "request_log.py"), str(proxy_port), moto])
+        try:
+            endpoint = f"http://127.0.0.1:{proxy_port}"
+            ours = side(Path(sys.executable), "ours", endpoint, args.commits)
+            rows = [row("icechunk-spark", ours)]
+            if ICECHUNK_PYTHON.exists():
+                theirs = side(ICECHUNK_PYTHON, "icechunk", endpoint, args.commits)
+                rows.append(row("Icechunk 2.3", theirs))
+            else:
+                rows.append(
+                    ["Icechunk", "not installed (make bench/.venv312/bin/python)", "", "", ""]
+                )
+        finally:
+            proxy.terminate()
+            proxy.wait(timeout=10)
     print_table(
         f"a small commit on S3 (moto on 127.0.0.1, through a recording proxy), "
         f"median of {args.commits}",

@@ -12,36 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 import urllib.request
 from typing import Any
 
 import numpy as np
 import zarr
-
-BUCKET = "bench"
-KEY = SECRET = "testing"
-
-
-def open_repo(system: str, endpoint: str, prefix: str) -> Any:
-    if system == "icechunk":
-        import icechunk as ic
-
-        storage = ic.s3_storage(
-            bucket=BUCKET,
-            prefix=prefix,
-            endpoint_url=endpoint,
-            allow_http=True,
-            force_path_style=True,
-            region="us-east-1",
-            access_key_id=KEY,
-            secret_access_key=SECRET,
-        )
-        return ic.Repository.create(storage)
-    from icechunk_spark import Repository
-
-    options = {"endpoint_url": endpoint, "key": KEY, "secret": SECRET}
-    return Repository.create(f"s3://{BUCKET}/{prefix}", storage_options=options)
+from writers_side import BUCKET, open_repo  # the same opening for both systems
 
 
 def proxy_log(endpoint: str) -> list[dict[str, Any]]:
@@ -56,7 +34,8 @@ def main() -> None:
     parser.add_argument("--prefix", required=True)
     parser.add_argument("--commits", type=int, default=10)
     args = parser.parse_args()
-    repo = open_repo(args.system, args.endpoint, args.prefix)
+    os.environ["BENCH_S3_ENDPOINT"] = args.endpoint  # the proxy, in front of moto
+    repo = open_repo(args.system, f"s3://{BUCKET}/{args.prefix}", create=True)
     session = repo.writable_session("main")
     root = zarr.open_group(session.store, mode="w")
     for i in range(50):
