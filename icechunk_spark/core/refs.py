@@ -11,10 +11,12 @@ Two things make this truthful under faults:
   may come back "exists already". Every state file carries a random ``change-id``, so the writer
   reads ``t/<g+1>`` back: its own bytes mean it won. Only when storage cannot answer at all is
   the outcome reported as unknown (``CommitStateUnknownError``), never guessed.
-* **A stale hint is detected.** A writer stalled between creating ``t/<g>`` and writing the
-  hint can later put back an old hint, after GC deleted the state files above ``t/<g>``. GC
-  deletes state files only below the hint's generation, oldest first, so when the hint's own
-  generation ``t/<g>`` is gone the hint is stale: readers then list ``t/`` instead.
+* **A stale hint, or GC passing a reader, is detected.** A writer stalled between creating
+  ``t/<g>`` and writing the hint can later put back an old hint, after GC deleted the state
+  files above ``t/<g>``; and GC may delete state files while a reader probes forward. GC
+  deletes state files one at a time, oldest first, so after the probe misses ``t/<g+1>`` the
+  reader checks that ``t/<g>`` is still there: if so, ``t/<g+1>`` never was (the newest state
+  file is never deleted); if not, the reader lists ``t/`` and probes from its newest.
 * **A damaged hint is ignored.** A hint that cannot be decoded (truncated, garbled) is treated
   as a missing one: readers list ``t/``, whose newest state file decides (and must decode).
 """
@@ -53,13 +55,16 @@ PUBLISH_ATTEMPTS = 5
 def read_latest_state(storage: Storage) -> State:
     """The newest committed state. Raises ``NotFoundError`` when there is no repository."""
     hinted = read_hint(storage)
-    if hinted is None:
-        return _probe_forward(storage, _read_newest_listed(storage))
-    latest = _probe_forward(storage, hinted)
-    if latest is hinted and not storage.exists(state_key(hinted.generation)):
-        # A stale hint (see the module docstring): the state files above it were collected.
-        return _probe_forward(storage, _read_newest_listed(storage))
-    return latest
+    start = _read_newest_listed(storage) if hinted is None else hinted
+    while True:
+        latest = _probe_forward(storage, start)
+        # The miss that ended the probe says "no newer state" only if GC did not delete that
+        # state meanwhile. GC deletes state files one at a time, oldest first, so while t/<g>
+        # still exists (checked after the miss) t/<g+1> was not deleted before it: the miss
+        # was true. A gone t/<g> means GC passed us (or the hint was stale): list t/ instead.
+        if storage.exists(state_key(latest.generation)):
+            return latest
+        start = _read_newest_listed(storage)
 
 
 def _probe_forward(storage: Storage, state: State) -> State:

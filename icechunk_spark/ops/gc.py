@@ -11,10 +11,11 @@ An object under ``c/``, ``m/``, ``s/``, ``a/`` or ``x/`` is deleted when both ho
 State files ``t/<generation>`` are never reachable; one is deleted when it is older than the
 cut-off and its generation is below both the latest generation and the generation copied in
 ``icechunk.json``. Readers start from that copy and probe ``t/<g+1>``, ``t/<g+2>``… so every
-state file above it must stay. (A writer stalled between creating ``t/<g>`` and replacing the
-hint could later put back an older hint; were the state files above it deleted meanwhile,
-readers would miss them; so readers treat a hint whose own state file is gone as stale and
-list ``t/``, see ``refs``.)
+state file above it must stay. They are deleted one at a time, oldest first, so the ones left
+are always the newest: a reader whose probe missed checks that the state before the miss is
+still there, and lists ``t/`` when it is not (``core.refs``). That covers a writer stalled
+between creating ``t/<g>`` and replacing the hint, who puts back an older hint, and GC
+deleting past a slow reader.
 
 Abandoned write areas go too: objects under ``staging/<write id>/`` (Spark writes that never
 committed or cleaned up) and local temporary files (``.tmp-*`` of interrupted writes), when
@@ -181,12 +182,20 @@ def garbage_collect(
         keep_states_from = min(fence.generation, _hint_generation(storage, fence))
 
     listings = [*_KINDS, None]  # None: the storage's leftover temporary files
-    garbage = [
-        info
-        for prefix in track(progress, "listing objects", listings, len(listings))
-        for info in (storage.list(prefix) if prefix else storage.list_temporary())
-        if _is_garbage(info, reachable, cutoff_ms, keep_states_from, storage.mtime_resolution_ms)
-    ]
+    garbage: list[ObjectInfo] = []
+    kept_states: list[int] = []
+    for prefix in track(progress, "listing objects", listings, len(listings)):
+        for info in storage.list(prefix) if prefix else storage.list_temporary():
+            if _is_garbage(
+                info, reachable, cutoff_ms, keep_states_from, storage.mtime_resolution_ms
+            ):
+                garbage.append(info)
+            elif (generation := _state_generation(info.key)) is not None:
+                kept_states.append(generation)
+    # Readers need the state files left to be the newest ones (see _delete): a state file kept
+    # for its age keeps every newer one too, should the storage's clock have stepped back.
+    oldest_kept = min(kept_states, default=keep_states_from)
+    garbage = [i for i in garbage if _below(_state_generation(i.key), oldest_kept)]
 
     # Commits may have landed while we listed; they may reference objects their sessions wrote
     # before the cut-off. Keep whatever the snapshots listed now reach (see the docstring, 3.).
@@ -221,9 +230,28 @@ def _publish_fence(storage: Storage, cutoff_ms: int) -> tuple[State, int]:
 
 
 def _delete(storage: Storage, keys: Sequence[str], progress: Progress | None) -> None:
-    batches = (keys[i : i + _DELETE_BATCH] for i in range(0, len(keys), _DELETE_BATCH))
+    """Delete ``keys``: state files one at a time, oldest first, after everything else.
+
+    A reader probing ``t/<g+1>``, ``t/<g+2>``… takes a miss for the end of the history only while
+    the state file before it still exists (``core.refs.read_latest_state``). That holds only if
+    no newer state file is ever gone while an older one is left: hence one at a time, in order.
+    """
+    states = sorted((k for k in keys if _state_generation(k) is not None), key=_state_generation)
+    others = [k for k in keys if _state_generation(k) is None]
+    batches = [others[i : i + _DELETE_BATCH] for i in range(0, len(others), _DELETE_BATCH)]
+    batches += [[key] for key in states]
     for batch in track(progress, "deleting objects", batches, len(keys), steps=len):
         storage.delete(batch)
+
+
+def _below(generation: int | None, oldest_kept: int) -> bool:
+    return generation is None or generation < oldest_kept
+
+
+def _state_generation(key: str) -> int | None:
+    """The generation of state file ``key``; ``None`` for any other key."""
+    name = key[len(STATE_PREFIX) :]
+    return int(name) if key.startswith(STATE_PREFIX) and name.isdigit() else None
 
 
 def _hint_generation(storage: Storage, latest: State) -> int:

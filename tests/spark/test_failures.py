@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -159,9 +160,18 @@ def test_commit_sweeps_chunks_of_attempts_that_died(tmp_path: Path) -> None:
     assert keys(repo, "staging/") == set()
 
 
-def slow(seconds: float) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def meet(
+    barrier: Path, parties: int
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A task that waits until ``parties`` tasks have started: every job has planned (and picked
+    its base snapshot) before any job commits, however slow the host. Never a deadlock: a task
+    gives up waiting after two minutes, and the test's assertions then say what happened."""
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        time.sleep(seconds)  # both jobs plan (and pick their base snapshot) before either commits
+        (barrier / uuid.uuid4().hex).touch()
+        deadline = time.monotonic() + 120
+        while len(list(barrier.iterdir())) < parties and time.monotonic() < deadline:
+            time.sleep(0.05)
         yield from batches
 
     return run
@@ -184,18 +194,22 @@ def run_concurrently(jobs: list[Callable[[], None]]) -> list[BaseException | Non
     return errors
 
 
-def slow_df(spark: Any, rows: list[tuple], schema: str = DATA_SCHEMA) -> Any:
+def barrier_df(spark: Any, barrier: Path, rows: list[tuple], schema: str = DATA_SCHEMA) -> Any:
+    """One task for ``rows`` that starts its work only when the other job's task has started."""
+    barrier.mkdir(exist_ok=True)
     df = spark.createDataFrame(rows, schema).coalesce(1)
-    # A stopgap: 6 s, not 3: under load (stop 38's CI run) the second job planned after the
-    # first had committed, and no conflict happened. A barrier on the plans is the fix.
-    return df.mapInArrow(slow(6), df.schema)
+    return df.mapInArrow(meet(barrier, 2), df.schema)
 
 
 def test_concurrent_jobs_on_different_arrays_both_land(spark: Any, tmp_path: Path) -> None:
     url, repo = setup_repo(tmp_path)
     tip = repo.lookup_branch("main")
     jobs = [
-        lambda name=name: save(slow_df(spark, [(f"/{name}", [0, 0], chunk(1))]), url, message=name)
+        lambda name=name: save(
+            barrier_df(spark, tmp_path / "barrier", [(f"/{name}", [0, 0], chunk(1))]),
+            url,
+            message=name,
+        )
         for name in ("a", "b")
     ]
     assert run_concurrently(jobs) == [None, None]
@@ -208,7 +222,9 @@ def test_concurrent_jobs_on_different_arrays_both_land(spark: Any, tmp_path: Pat
 def test_concurrent_jobs_on_the_same_chunk_conflict(spark: Any, tmp_path: Path) -> None:
     url, repo = setup_repo(tmp_path)
     jobs = [
-        lambda v=v: save(slow_df(spark, [("/a", [1, 1], chunk(v))]), url, message=str(v))
+        lambda v=v: save(
+            barrier_df(spark, tmp_path / "barrier", [("/a", [1, 1], chunk(v))]), url, message=str(v)
+        )
         for v in (1, 2)
     ]
     errors = run_concurrently(jobs)
@@ -224,7 +240,9 @@ def test_conflict_resolved_by_on_conflict(spark: Any, tmp_path: Path) -> None:
     url, repo = setup_repo(tmp_path)
     rows = [("/a", [0, 1], f"{CONTAINER}{v}.bin", 0, 16) for v in ("x", "y")]
     jobs = [
-        lambda row=row: commit_refs(slow_df(spark, [row], REF_SCHEMA), url, on_conflict="ours")
+        lambda row=row: commit_refs(
+            barrier_df(spark, tmp_path / "barrier", [row], REF_SCHEMA), url, on_conflict="ours"
+        )
         for row in rows
     ]
     assert run_concurrently(jobs) == [None, None]
@@ -234,7 +252,10 @@ def test_conflict_resolved_by_on_conflict(spark: Any, tmp_path: Path) -> None:
 def test_conflict_through_the_driver_api_is_a_conflict_error(spark: Any, tmp_path: Path) -> None:
     url, repo = setup_repo(tmp_path)
     rows = [("/a", [0, 1], f"{CONTAINER}{v}.bin", 0, 16) for v in ("x", "y")]
-    jobs = [lambda row=row: commit_refs(slow_df(spark, [row], REF_SCHEMA), url) for row in rows]
+    jobs = [
+        lambda row=row: commit_refs(barrier_df(spark, tmp_path / "barrier", [row], REF_SCHEMA), url)
+        for row in rows
+    ]
     errors = run_concurrently(jobs)
     assert sum(isinstance(e, ConflictError) for e in errors) == 1
     assert errors.count(None) == 1

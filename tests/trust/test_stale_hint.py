@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 
 from icechunk_spark import Repository
+from icechunk_spark.core.refs import read_latest_state
+from icechunk_spark.format.keys import HINT_KEY, STATE_PREFIX, state_key
+from tests.support.faults import FaultyStorage, Rule
 from tests.trust.conftest import create
 
 
@@ -49,3 +53,66 @@ def test_stalled_hint_writer_after_gc_loses_nothing(faulty):
     reader = fresh.readonly_session()
     assert [reader.get_chunk("/a", (i,)) for i in range(5)] == [bytes([i]) for i in range(5)]
     assert Repository.open(faulty.inner).state().generation == fresh.state().generation
+
+
+def _state_files(storage: FaultyStorage) -> list[int]:
+    return sorted(int(i.key[len(STATE_PREFIX) :]) for i in storage.list(STATE_PREFIX))
+
+
+def test_a_reader_overtaken_by_gc_between_two_probes_finds_the_latest(faulty):
+    """A reader follows an old hint forward, and GC deletes the state files under its feet.
+
+    GC deletes old state files oldest first; the reader has read ``t/<g+1>`` and is about to
+    probe ``t/<g+2>`` when GC deletes everything up to ``t/<g+2>``. The miss must not be taken
+    for the end of the history: the next commit would create ``t/<g+2>`` a second time.
+    """
+    repo = create(faulty)
+    session = repo.writable_session()
+    session.create_array("/a", shape=(8,), chunk_shape=(1,), dtype="uint8")
+    session.commit("create /a")
+    old = repo.state().generation
+    old_hint = faulty.inner.get(state_key(old))
+    tips = [_commit(repo, c) for c in (1, 2, 3, 4)]
+    faulty.inner.put(HINT_KEY, old_hint)  # a stalled writer puts back its old hint
+
+    overtaken = state_key(old + 2)
+
+    def collect_then_probe(call: Callable[[], object]) -> object:
+        for generation in range(old + 3):  # GC passes the reader, oldest first
+            faulty.inner.delete([state_key(generation)])
+        return call()
+
+    latest = repo.state()
+    faulty._add(Rule("get", overtaken, collect_then_probe))
+    assert read_latest_state(faulty).generation == latest.generation
+    after = _commit(repo, 5)
+    assert [s.id for s in repo.ancestry(branch="main")][:5] == [after, *reversed(tips)]
+    assert _state_files(faulty) == list(range(old + 3, latest.generation + 2))
+
+
+def test_gc_deletes_state_files_one_at_a_time_oldest_first(faulty):
+    """What the reader's check above relies on: while GC runs, the state files that are left
+    are always the newest ones, never a newer one gone while an older one stays."""
+    repo = create(faulty)
+    session = repo.writable_session()
+    session.create_array("/a", shape=(8,), chunk_shape=(1,), dtype="uint8")
+    session.commit("create /a")
+    for c in range(6):
+        _commit(repo, c)
+    deletes: list[list[str]] = []
+    delete = faulty.inner.delete
+
+    def recorded(keys: Iterable[str]) -> None:
+        keys = list(keys)
+        deletes.append(keys)
+        delete(keys)
+
+    faulty.inner.delete = recorded  # type: ignore[method-assign]
+    time.sleep(faulty.mtime_resolution_ms / 1000 + 0.05)  # the state files age past the cut-off
+    summary = repo.garbage_collect(datetime.now(UTC) + timedelta(seconds=2))
+    state_deletes = [keys for keys in deletes if any(k.startswith(STATE_PREFIX) for k in keys)]
+    assert summary.state_files_deleted >= 7
+    assert all(len(keys) == 1 for keys in state_deletes)
+    generations = [int(keys[0][len(STATE_PREFIX) :]) for keys in state_deletes]
+    assert generations == sorted(generations) and len(generations) == summary.state_files_deleted
+    assert _state_files(faulty) == list(range(generations[-1] + 1, repo.state().generation + 1))
