@@ -236,10 +236,10 @@ def _delete(storage: Storage, keys: Sequence[str], progress: Progress | None) ->
     the state file before it still exists (``core.refs.read_latest_state``). That holds only if
     no newer state file is ever gone while an older one is left: hence one at a time, in order.
     """
-    states = sorted((k for k in keys if _state_generation(k) is not None), key=_state_generation)
-    others = [k for k in keys if _state_generation(k) is None]
+    generations = {k: g for k in keys if (g := _state_generation(k)) is not None}
+    others = [k for k in keys if k not in generations]
     batches = [others[i : i + _DELETE_BATCH] for i in range(0, len(others), _DELETE_BATCH)]
-    batches += [[key] for key in states]
+    batches += [[key] for key in sorted(generations, key=generations.__getitem__)]
     for batch in track(progress, "deleting objects", batches, len(keys), steps=len):
         storage.delete(batch)
 

@@ -177,9 +177,7 @@ def test_gc_sweeps_old_local_temporary_files(tmp_path):
     assert young.exists()
 
 
-def test_a_second_collection_during_the_commit_cannot_take_a_chunk_the_first_spared(
-    repo, faulty
-):
+def test_a_second_collection_during_the_commit_cannot_take_a_chunk_the_first_spared(repo, faulty):
     """A collection whose cut-off predates a session spares its chunk files, and the commit
     need not copy them; but that must not make the session look younger than it is. Here a
     second collection, with a cut-off between the session's chunk write and the first fence,

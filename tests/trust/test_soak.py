@@ -86,18 +86,14 @@ def test_writers_with_expiry_and_gc_running_lose_nothing(tmp_path: Path) -> None
     url = (tmp_path / "repo").as_uri()
     repo = Repository.create(url, config={"inline_chunk_threshold_bytes": 8})
     session = repo.writable_session()
-    session.create_array(
-        "/w", shape=(WRITERS * PER_WRITER,), chunk_shape=(1,), dtype="uint8"
-    )
+    session.create_array("/w", shape=(WRITERS * PER_WRITER,), chunk_shape=(1,), dtype="uint8")
     session.commit("the array")
 
     spawn = multiprocessing.get_context("spawn")  # no forked locks or pools
     out = spawn.Queue()
     start = time.time() + 5  # every process has imported and opened the repository by then
     until = start + SECONDS
-    processes = [
-        spawn.Process(target=write, args=(url, w, until, out)) for w in range(WRITERS)
-    ]
+    processes = [spawn.Process(target=write, args=(url, w, until, out)) for w in range(WRITERS)]
     processes.append(spawn.Process(target=maintain, args=(url, until + 2, out)))
     for process in processes:
         process.start()
