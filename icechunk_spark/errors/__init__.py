@@ -103,3 +103,11 @@ __all__ = [
     "VirtualRangeError",
     "VirtualRefRefusedError",
 ]
+
+# The classes are defined in submodules; they are shown (in tracebacks and reprs) and pickled
+# under the package's name, the one users import them from.
+for _name in __all__:
+    _value = globals()[_name]
+    if isinstance(_value, type):
+        _value.__module__ = __name__
+del _name, _value
