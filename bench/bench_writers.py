@@ -2,15 +2,18 @@
 in rebase loops): N processes x M commits, each to its own chunks of one array; beside
 Icechunk in the same run, on local disk or (``--s3``) on moto's S3 server on 127.0.0.1.
 
-    .venv/bin/python bench/bench_writers.py [--writers 32] [--commits 4] [--s3]
+    .venv/bin/python bench/bench_writers.py [--writers 32] [--commits 4] [--s3] [--cold-start]
 
-Every process opens the repository, says it is ready, and starts when all are (a file the
-orchestrator creates). The table: commits that landed, writers that gave up, time from the
-start to the last landing, commit latency p50/p99 (a new session, one chunk written, the
-commit with its rebases), the p99 of each writer's commits after its first ("warm": a fresh
-process's first commit also pays for imports, 32 processes at once on few cores), the share of
-commits that rebased, and whether the final array holds every writer's chunks. Icechunk runs
-in bench/.venv312 (`make bench`), committing with ``rebase_with=ConflictDetector()``.
+Every process opens the repository, warms up, says it is ready, and starts when all are (a
+file the orchestrator creates). The warm-up is the same on both sides: a zarr read and one
+commit to a branch of the writer's own, so the timed commits are those of long-lived writers
+(Dask or Spark workers), not 32 fresh processes importing their write path at once on few
+cores; ``--cold-start`` warms up by the read only, as a fleet of fresh processes would start.
+The table: commits that landed, writers that gave up, time from the start to the last
+landing, commit latency p50/p99 (a new session, one chunk written, the commit with its
+rebases), the p99 of each writer's commits after its first ("warm"), the share of commits
+that rebased, and whether the final array holds every writer's chunks. Icechunk runs in
+bench/.venv312 (`make bench`), committing with ``rebase_with=ConflictDetector()``.
 """
 
 from __future__ import annotations
@@ -60,7 +63,9 @@ print(json.dumps({"history": history, "values": values.tolist()}))
 """
 
 
-def run_system(python: Path | str, system: str, writers: int, commits: int, s3: bool) -> list[Any]:
+def run_system(
+    python: Path | str, system: str, writers: int, commits: int, s3: bool, cold: bool
+) -> list[Any]:
     scratch = tempfile.mkdtemp(prefix=f"bench-writers-{system}-")
     location = f"s3://bench/writers-{system}-{uuid.uuid4().hex[:8]}" if s3 else scratch
     size = writers * commits * 10
@@ -81,6 +86,7 @@ def run_system(python: Path | str, system: str, writers: int, commits: int, s3: 
                 str(commits),
                 "--go",
                 str(go),
+                *(["--cold-start"] if cold else []),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -90,6 +96,8 @@ def run_system(python: Path | str, system: str, writers: int, commits: int, s3: 
     ]
     while len(list(go.parent.glob(go.name + ".ready-*"))) < writers:
         if any(p.poll() not in (None, 0) for p in procs):
+            for p in procs:  # the others would wait for the start signal forever
+                p.kill()
             raise SystemExit(f"{system}: a writer failed to start")
         time.sleep(0.05)
     start = time.perf_counter()
@@ -152,13 +160,17 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=4)
     parser.add_argument("--ours-only", action="store_true")
     parser.add_argument("--s3", action="store_true", help="on moto's S3 server on 127.0.0.1")
+    parser.add_argument(
+        "--cold-start",
+        action="store_true",
+        help="writers warm up by a read only: their first timed commit imports the write path",
+    )
     args = parser.parse_args()
+    shape = (args.writers, args.commits, args.s3, args.cold_start)
     with s3_server() if args.s3 else contextlib.nullcontext():
-        rows = [run_system(sys.executable, "ours", args.writers, args.commits, args.s3)]
+        rows = [run_system(sys.executable, "ours", *shape)]
         if ICECHUNK_PYTHON.exists() and not args.ours_only:
-            rows.append(
-                run_system(ICECHUNK_PYTHON, "icechunk", args.writers, args.commits, args.s3)
-            )
+            rows.append(run_system(ICECHUNK_PYTHON, "icechunk", *shape))
     header = [
         "system",
         "writers",
@@ -172,7 +184,8 @@ def main() -> None:
         "all chunks",
     ]
     where = "S3 (moto on 127.0.0.1, one request at a time)" if args.s3 else "local disk"
-    print(f"\n{args.writers} writers x {args.commits} commits to one branch, {where}")
+    start = "cold start (warmed by a read only)" if args.cold_start else "warm processes"
+    print(f"\n{args.writers} writers x {args.commits} commits to one branch, {where}, {start}")
     print("  ".join(f"{h:>10}" for h in header))
     for row in rows:
         cells = row[:-1]
