@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..errors import FormatError, InvalidInputError, NotFoundError
+from .snapshot_memo import SnapshotMemo
 
 FORMAT_VERSION = 1
 RefType = Literal["branch", "tag"]
@@ -181,12 +182,13 @@ def union_marks(*groups: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any]
 
 
 def encode_state(state: State) -> bytes:
-    doc = {
+    head = {
         "id": state.id,
         "generation": state.generation,
         "format_version": state.format_version,
         "store_root": state.store_root,
-        "snapshots": [_encode_snapshot(s) for s in state.snapshots.values()],
+    }
+    doc = {
         "refs": {
             r.name: {"name": r.name, "snapshot-id": r.snapshot_id, "type": r.type}
             for r in state.refs.values()
@@ -205,7 +207,19 @@ def encode_state(state: State) -> bytes:
             "reason": state.status.reason,
             "set-at-ms": state.status.set_at_ms,
         }
-    return json.dumps(doc, separators=(",", ":"), sort_keys=False).encode("utf-8")
+    # The snapshots' texts come from the memo; the rest is spliced around them, so the bytes
+    # are those of one json.dumps of the whole document (keys in the same order).
+    snapshots = _MEMO.encode_all(state.snapshots.values(), _snapshot_json)
+    text = f'{_dumps(head)[:-1]},"snapshots":{snapshots},{_dumps(doc)[1:]}'
+    return text.encode("utf-8")
+
+
+def _dumps(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, separators=(",", ":"), sort_keys=False)
+
+
+def _snapshot_json(s: SnapshotInfo) -> str:
+    return _dumps(_encode_snapshot(s))
 
 
 def _encode_snapshot(s: SnapshotInfo) -> dict[str, Any]:
@@ -248,6 +262,7 @@ def decode_state(data: bytes, name: str) -> State:
 _DECODED_MAX = 2
 _DECODED: dict[bytes, State] = {}
 _DECODED_LOCK = threading.Lock()
+_MEMO: SnapshotMemo[SnapshotInfo] = SnapshotMemo()
 
 
 def _decode_state(data: bytes, name: str) -> State:
@@ -259,7 +274,7 @@ def _decode_state(data: bytes, name: str) -> State:
                 f"state file {name!r} has format version {version}; this icechunk-spark reads "
                 f"up to {FORMAT_VERSION}: upgrade icechunk-spark"
             )
-        snapshots = {s["snapshot-id"]: _decode_snapshot(s) for s in doc["snapshots"]}
+        snapshots = _MEMO.decode_all(doc["snapshots"], _decode_snapshot)
         refs = {
             key: Ref(name=r["name"], snapshot_id=r["snapshot-id"], type=_ref_type(r["type"]))
             for key, r in doc.get("refs", {}).items()

@@ -1,0 +1,83 @@
+"""The snapshot memos make state encoding and decoding cheap, and must never change a result."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from icechunk_spark.format import SnapshotInfo, State, decode_state, encode_state
+from icechunk_spark.format.state import GCFence
+
+
+def _history(n: int) -> dict[str, SnapshotInfo]:
+    snapshots: dict[str, SnapshotInfo] = {}
+    parent = None
+    for i in range(n):
+        sid = f"S{i:04d}"
+        snapshots[sid] = SnapshotInfo(
+            sid,
+            parent,
+            1_700_000_000_000 + i,
+            f"F{i}",
+            message=f"commit {i} \u00e9",
+            metadata={"job": i, "tags": ["a", "b"]} if i % 3 else {},
+            once_marks=({"stream": "q", "batch": i},) if i % 5 == 0 else (),
+        )
+        parent = sid
+    return snapshots
+
+
+def _state(snapshots: dict[str, SnapshotInfo], generation: int = 7) -> State:
+    return State(
+        "R",
+        generation,
+        "file:///repo",
+        snapshots,
+        {},
+        config={"inline_chunk_threshold_bytes": 512},
+        gc_fence=GCFence(3, 1_700_000_000_000),
+        change_id="c",
+    )
+
+
+def _one_dump(state: State) -> bytes:
+    """What encode_state wrote before the memo: one json.dumps of the whole document."""
+    doc = json.loads(encode_state(state))
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def test_encoding_twice_gives_the_bytes_of_one_dump():
+    state = _state(_history(40))
+    first = encode_state(state)
+    assert first == _one_dump(state)
+    later = state.next(snapshots={**state.snapshots, "X": SnapshotInfo("X", "S0039", 1, "FX")})
+    assert encode_state(later) == _one_dump(later)
+    assert json.loads(encode_state(later))["snapshots"][-1]["snapshot-id"] == "X"
+
+
+def test_an_entry_changed_between_two_states_is_decoded_again():
+    snapshots = _history(12)
+    before = decode_state(encode_state(_state(snapshots)), "t/7")
+    # Expiry relinks S0010 past S0009 and carries S0009's marks: the same snapshot id, a
+    # different entry. The memo must not hand back the decoding of the old one.
+    relinked = replace(
+        snapshots["S0010"],
+        parent_id="S0008",
+        parent_relinked=True,
+        once_marks=({"stream": "q", "batch": 9},),
+    )
+    changed = {k: v for k, v in snapshots.items() if k != "S0009"} | {"S0010": relinked}
+    after = decode_state(encode_state(_state(changed, generation=8)), "t/8")
+    assert after.snapshots["S0010"] == relinked
+    assert before.snapshots["S0010"] == snapshots["S0010"]
+    assert after.snapshots == changed and "S0009" not in after.snapshots
+    # Unchanged entries come back equal (and may be shared: SnapshotInfo is frozen).
+    assert after.snapshots["S0003"] == before.snapshots["S0003"] == snapshots["S0003"]
+
+
+def test_a_snapshot_encoded_from_a_changed_object_gets_new_text():
+    snapshots = _history(5)
+    encode_state(_state(snapshots))
+    renamed = {**snapshots, "S0004": replace(snapshots["S0004"], message="amended")}
+    decoded = json.loads(encode_state(_state(renamed)))
+    assert decoded["snapshots"][4]["properties"]["message"] == "amended"
