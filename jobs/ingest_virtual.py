@@ -26,11 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
+from icechunk_spark.cli.parser import add_import_options
 from icechunk_spark.errors import InvalidInputError
 from icechunk_spark.exit import exit_process
 from icechunk_spark.repository import Repository
 from icechunk_spark.spark.jobs import base_parser, run, spark_session, storage_options
-from icechunk_spark.virtual.importers import IMPORT_PARSERS
 
 
 def make_sample(folder: str, days: int, first_day: int = 0) -> list[str]:
@@ -67,25 +67,7 @@ def make_sample(folder: str, days: int, first_day: int = 0) -> list[str]:
 def main() -> int:
     parser = base_parser(__doc__)
     parser.add_argument("--files", help="glob of files (local path, file:// or s3://)")
-    parser.add_argument(
-        "--parser",
-        default="kerchunk",
-        choices=IMPORT_PARSERS,
-        help="who reads each file on the executors: kerchunk's NetCDF4/HDF5 scanner (default) "
-        "or a VirtualiZarr parser (auto: each file's own, so a folder may mix formats)",
-    )
-    parser.add_argument("--concat-dim", default="time")
-    parser.add_argument("--group", default="/")
-    parser.add_argument(
-        "--container", help="virtual chunk container prefix (default: the files' folder)"
-    )
-    parser.add_argument(
-        "--files-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="fsspec option for reading the files",
-    )
+    add_import_options(parser)
     parser.add_argument(
         "--make-sample", metavar="DIR", help="write sample daily files into DIR and exit"
     )

@@ -13,6 +13,29 @@ from . import transfer
 Handler = Callable[[argparse.Namespace], Any]
 
 
+def add_import_options(p: argparse.ArgumentParser) -> None:
+    """How files become a virtual dataset: the same options for ``icechunk-spark import`` and
+    the Spark job ``jobs/ingest_virtual.py``."""
+    p.add_argument(
+        "--parser",
+        default="kerchunk",
+        choices=IMPORT_PARSERS,
+        help="who reads the files: kerchunk's NetCDF4/HDF5 scanner (default), or a VirtualiZarr "
+        "parser (the virtualizarr extra): auto (each file's own, by its first bytes, so a "
+        "folder may mix formats), hdf5, netcdf3, tiff, fits, zarr, dmrpp",
+    )
+    p.add_argument("--concat-dim", default="time", help="dimension to concatenate along")
+    p.add_argument("--group", default="/", help="group holding the dataset")
+    p.add_argument("--container", help="virtual chunk container (default: the files' folder)")
+    p.add_argument(
+        "--files-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="fsspec option for reading the files (repeatable)",
+    )
+
+
 def count_arg(text: str) -> int:
     """``-n``: a count, never negative (``-n -1`` printed nothing and exited 0)."""
     value = int(text)
@@ -195,24 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
         "virtual dataset, appending files not referenced yet",
     )
     p.add_argument("files", help="glob of files: a local path, file:// or s3://")
-    p.add_argument(
-        "--parser",
-        default="kerchunk",
-        choices=IMPORT_PARSERS,
-        help="who reads the files: kerchunk's NetCDF4/HDF5 scanner (default), or a VirtualiZarr "
-        "parser (the virtualizarr extra): auto (each file's own, by its first bytes), hdf5, "
-        "netcdf3, tiff, fits, zarr, dmrpp",
-    )
-    p.add_argument("--concat-dim", default="time", help="dimension to concatenate along")
-    p.add_argument("--group", default="/", help="group holding the dataset")
-    p.add_argument("--container", help="virtual chunk container (default: the files' folder)")
-    p.add_argument(
-        "--files-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="fsspec option for reading the files (repeatable)",
-    )
+    add_import_options(p)
     p.add_argument("--branch", default="main")
     p.add_argument("-m", "--message")
     p = add(
