@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..format.coords import coords_extent, decode_coords
+from ..format.locations import same_location_types
 from ..format.merge import merge_order
 
 
@@ -59,7 +60,8 @@ class CoordRefs:
     def concat(cls, parts: Sequence[CoordRefs], ndim: int) -> CoordRefs:
         """The rows of (at least one) parts end to end, their coords too where all have them."""
         coords = np.concatenate([p.coords for p in parts]) if _all_decoded(parts) else None
-        return cls(pa.concat_tables([p.table for p in parts]), ndim, coords)
+        tables = same_location_types([p.table for p in parts])
+        return cls(pa.concat_tables(tables), ndim, coords)
 
     @classmethod
     def merge(

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from ..format.ids import new_object_id
 from ..format.keys import manifest_key
+from ..format.locations import same_location_types
 from ..format.manifest import conform_refs, encode_manifest, with_array_id
 from ..format.structure import ManifestRef
 from ..pools import bounded_map
@@ -73,7 +74,7 @@ def write_packed_manifests(
             ref = ManifestRef(manifest_id, refs.extent(), refs.num_rows, manifest.set_name)
             out.append((node_id, ref))
         if tables:
-            table = pa.concat_tables(tables, promote_options="permissive")
+            table = pa.concat_tables(same_location_types(tables), promote_options="permissive")
             if kept[0]:  # blocks of whole arrays: a stable sort by array keeps coord order
                 table = table.take(pc.sort_indices(table, [("array_id", "ascending")]))
             # Arrays in id order, each sorted by coord (merge_refs): the manifest order.

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from ..errors import InvalidInputError
 from ..format.coords import decode_coords, encode_coords
+from ..format.locations import remap
 from ..format.manifest import conform_refs
 from ..format.structure import Node
 from .containers import resolve_url
@@ -84,17 +85,17 @@ def _check_one_location(node: Node, table: pa.Table) -> None:
 
 
 def _resolve_virtual_column(table: pa.Table, containers: Mapping[str, Any]) -> pa.Table:
+    """Each distinct URL resolved once; rewritten (dictionary-encoded) only if one changes."""
     column = table.column("virtual_path")
     if column.null_count == len(column):
         return table
-    unique = pc.unique(column.drop_null()).to_pylist()
+    unique = [u for u in pc.unique(column).to_pylist() if u is not None]
     resolved = {u: resolve_url(u, containers)[0] for u in unique}
     if all(k == v for k, v in resolved.items()):
         return table
-    mapped = pa.array(
-        [resolved.get(v) if v is not None else None for v in column.to_pylist()], pa.string()
-    )
-    return table.set_column(table.schema.get_field_index("virtual_path"), "virtual_path", mapped)
+    mapped = remap(column, resolved)
+    index = table.schema.get_field_index("virtual_path")
+    return table.set_column(index, pa.field("virtual_path", mapped.type), mapped)
 
 
 def _as_ref_table(refs: pa.Table | Mapping[str, Any], ndim: int) -> pa.Table:

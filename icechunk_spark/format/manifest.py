@@ -22,7 +22,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import FormatError
-from .parquet import parquet_to_table, table_to_parquet
+from .locations import LOCATION_COLUMNS, conform_location, same_location_types
+from .parquet import parquet_to_table, row_groups_to_parquet
 
 REF_FIELDS = [
     pa.field("array_id", pa.uint64(), nullable=False),
@@ -62,12 +63,15 @@ def empty_refs() -> pa.Table:
 def conform_refs(table: pa.Table) -> pa.Table:
     """Add missing optional columns as nulls and order/cast columns to ``REF_SCHEMA``.
 
-    Extra columns (chunk statistics) are kept after the ref columns.
+    Extra columns (chunk statistics) are kept after the ref columns. A location column that
+    comes dictionary-encoded stays so (``format.locations``).
     """
     n = table.num_rows
     columns = []
     for f in REF_FIELDS:
-        if f.name in table.column_names:
+        if f.name in LOCATION_COLUMNS and f.name in table.column_names:
+            columns.append(conform_location(table.column(f.name), f.type))
+        elif f.name in table.column_names:
             columns.append(table.column(f.name).cast(f.type))
         else:
             columns.append(pa.nulls(n, f.type))
@@ -75,6 +79,12 @@ def conform_refs(table: pa.Table) -> pa.Table:
     names = [*REF_SCHEMA.names, *extra]
     arrays = [*columns, *(table.column(c) for c in extra)]
     return pa.Table.from_arrays(arrays, names=names)
+
+
+def conform_layers(tables: Sequence[pa.Table]) -> list[pa.Table]:
+    """``conform_refs`` of each table, with each location column of one type in all of them
+    (dictionary-encoded where any holds it so): the tables concatenate."""
+    return same_location_types([conform_refs(t) for t in tables])
 
 
 def attach_stats(refs: pa.Table, stats: pa.Table | None) -> pa.Table:
@@ -128,7 +138,9 @@ def encode_manifest(refs: pa.Table, presorted: bool = False) -> bytes:
     refs = with_inline_lengths(conform_refs(refs))
     if refs.num_rows > 1 and not presorted:
         refs = refs.sort_by([("array_id", "ascending"), ("coord", "ascending")])
-    return table_to_parquet(
+    # Row group by row group: dictionary-encoded location columns are decoded one group at a
+    # time, so the file is the one plain strings make, and memory holds one group of them.
+    return row_groups_to_parquet(
         refs,
         row_group_size=ROW_GROUP_SIZE,
         sorting_columns=SORTING_COLUMNS,

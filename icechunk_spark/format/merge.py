@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from ..errors import RepeatedCoordError
 from .coords import coord_keys, key_coord
-from .manifest import conform_refs, empty_refs, is_tombstone
+from .manifest import conform_layers, conform_refs, empty_refs, is_tombstone
 
 
 def merge_refs(
@@ -62,7 +62,7 @@ def merge_order(
         single = conform_refs(layers[0])
         keep = not (drop_tombstones and is_tombstone(single)[0].as_py())
         return single, np.zeros(1 if keep else 0, dtype=np.int64)
-    combined = pa.concat_tables([conform_refs(t) for t in layers], promote_options="permissive")
+    combined = pa.concat_tables(conform_layers(layers), promote_options="permissive")
     combined = combined.combine_chunks()
     keys = coord_keys(combined.column("coord"), ndim)
     order = np.argsort(keys, kind="stable")

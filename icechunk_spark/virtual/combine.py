@@ -43,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InvalidInputError
+from ..format.locations import same_location_types
 from .combine_checks import (
     LABELS,
     check_compatible,
@@ -209,4 +210,6 @@ def _concat_virtual(parts: Sequence[FilePart], first: ArrayRefs, axis: int) -> A
             tables.append(part.array.refs)
         start += part.length
     doc = {**first.doc, "shape": concat_shape(parts, first, axis)}
-    return ArrayRefs(first.path, doc, np.concatenate(coords), pa.concat_tables(tables))
+    # Parsed by VirtualiZarr (dictionary-encoded URLs) or from kerchunk (plain): one type.
+    table = pa.concat_tables(same_location_types(tables))
+    return ArrayRefs(first.path, doc, np.concatenate(coords), table)

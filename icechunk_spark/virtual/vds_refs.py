@@ -29,11 +29,14 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InvalidInputError
+from ..format.locations import as_dictionary
 from .references import REF_COLUMNS, ArrayRefs
 
 # The variable encoding keys VirtualiZarr's Icechunk writer stores as attributes
 # (virtualizarr/writers/icechunk.py ENCODING_KEYS): they change how xarray decodes values.
 ENCODING_KEYS = ("_FillValue", "missing_value", "scale_factor", "add_offset")
+# Paths turned into Arrow strings at a time (64 Ki x ~80 B: a few MB alive, not gigabytes).
+PATH_SLICE = 1 << 16
 INSTALL_HINT = "pip install 'icechunk-spark[virtualizarr]'"
 
 
@@ -68,10 +71,11 @@ def is_virtual_dataset(dataset: Any) -> bool:
 def manifest_coords_and_refs(manifest: Any, ndim: int) -> tuple[np.ndarray, pa.Table]:
     """A ``ChunkManifest``'s present chunks: ``(n, ndim)`` coords (C order) and REF_COLUMNS.
 
-    Vectorized: one mask over ``_paths``, ``argwhere`` for the coords, and Arrow arrays made
-    from the masked numpy arrays (a ``StringDType`` array converts in C). When every chunk
-    is present (the usual manifest) the arrays are taken flat instead of masked: views, not
-    copies of millions of strings.
+    Vectorized: one mask over ``_paths``, ``argwhere`` for the coords, Arrow arrays over the
+    numpy ones. When every chunk is present (the usual manifest) offsets and lengths are the
+    manifest's own arrays, viewed, not copied. The paths come dictionary-encoded (one string
+    per file, an int32 index per chunk, ``paths_dictionary``): ten million refs into a
+    thousand files would otherwise hold ten million strings.
     """
     paths = np.asarray(manifest._paths)
     if paths.ndim != ndim and not (ndim == 0 and paths.size == 1):
@@ -93,17 +97,41 @@ def manifest_coords_and_refs(manifest: Any, ndim: int) -> tuple[np.ndarray, pa.T
     lengths = pick(np.asarray(manifest._lengths))
     if offsets.size and (int(offsets.max()) >= 2**63 or int(lengths.max()) >= 2**63):
         raise InvalidInputError("a chunk manifest holds an offset or length past 2**63")
+    urls = paths_dictionary(paths.reshape(-1), None if everywhere else present.reshape(-1))
     table = pa.table(
         [
-            pa.array(pick(paths), pa.string()),
+            urls,
             # Below 2**63 (checked above) uint64 and int64 share their bits: no copy.
             pa.array(offsets.astype(np.uint64, copy=False).view(np.int64), pa.int64()),
             pa.array(lengths.astype(np.uint64, copy=False).view(np.int64), pa.int64()),
             pa.nulls(coords.shape[0], pa.binary()),
         ],
-        schema=REF_COLUMNS,
+        schema=REF_COLUMNS.set(0, pa.field("virtual_path", urls.type)),
     )
     return coords, table
+
+
+def paths_dictionary(paths: np.ndarray, present: np.ndarray | None) -> pa.DictionaryArray:
+    """The flat ``paths`` (where ``present``, all without it) as a dictionary array.
+
+    The numpy strings become Arrow strings one slice at a time, each slice dictionary-encoded
+    and its few distinct values numbered in one dictionary for the whole manifest: the URLs
+    alive at once are one slice's, whatever the manifest's size.
+    """
+    rows = len(paths) if present is None else int(np.count_nonzero(present))
+    indices = np.empty(rows, np.int32)
+    numbers: dict[str, int] = {}
+    done = 0
+    for start in range(0, len(paths), PATH_SLICE):
+        part = paths[start : start + PATH_SLICE]
+        if present is not None:
+            part = part[present[start : start + PATH_SLICE]]
+        encoded = as_dictionary(pa.array(part, pa.string()))
+        values = encoded.dictionary.to_pylist()
+        ids = np.array([numbers.setdefault(v, len(numbers)) for v in values], np.int32)
+        indices[done : done + len(part)] = ids[encoded.indices.to_numpy()]
+        done += len(part)
+    return pa.DictionaryArray.from_arrays(pa.array(indices), pa.array(list(numbers), pa.string()))
 
 
 def encode_attrs(attrs: Mapping[Any, Any]) -> dict[str, Any]:
