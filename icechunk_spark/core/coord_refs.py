@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..format.coords import coords_extent, decode_coords
+from ..format.coords import coords_extent, coords_view
 from ..format.locations import same_location_types
-from ..format.merge import merge_order
+from ..format.merge import all_rows, merge_order, take_rows
 
 
 class CoordRefs:
@@ -42,10 +42,12 @@ class CoordRefs:
 
     @property
     def coords(self) -> np.ndarray:
-        """The rows' coords, in row order (decoded now if not yet)."""
+        """The rows' coords, in row order (decoded now if not yet): ints, read-only, either
+        int64 or big-endian uint32 viewing the coord column (``coords_view``: a copy of ten
+        million coords is 160 MB)."""
         if self._coords is None:
             self._coords = (
-                decode_coords(self.table.column("coord"), self.ndim)
+                coords_view(self.table.column("coord"), self.ndim)
                 if self.num_rows
                 else np.empty((0, self.ndim), dtype=np.int64)
             )
@@ -76,8 +78,13 @@ class CoordRefs:
         combined, rows = merge_order([layer.table for layer in layers], ndim, unordered=unordered)
         coords = None
         if layers and _all_decoded(layers):
-            coords = np.concatenate([layer.coords for layer in layers])[rows]
-        return cls(combined.take(pa.array(rows)), ndim, coords)
+            coords = (
+                layers[0].coords
+                if len(layers) == 1
+                else np.concatenate([layer.coords for layer in layers])
+            )
+            coords = coords if all_rows(rows, len(coords)) else coords[rows]
+        return cls(take_rows(combined, rows), ndim, coords)
 
     def extent(self) -> tuple[tuple[int, int], ...]:
         """Per dimension ``[min, max + 1)`` of the coords; ``()`` without rows."""
@@ -85,8 +92,15 @@ class CoordRefs:
 
     def where(self, keep: np.ndarray) -> CoordRefs:
         """The rows where ``keep`` is true (this object itself when all are)."""
-        if keep.all():
+        count = int(np.count_nonzero(keep))
+        if count == len(keep):
             return self
+        first = int(np.argmax(keep)) if count else 0
+        if keep[first : first + count].all():
+            # One run of rows (a piece of an array sorted along the split axis): a slice
+            # shares the rows where a filter would copy them.
+            coords = None if self._coords is None else self._coords[first : first + count]
+            return CoordRefs(self.table.slice(first, count), self.ndim, coords)
         coords = None if self._coords is None else self._coords[keep]
         return CoordRefs(self.table.filter(pa.array(keep)), self.ndim, coords)
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InvalidInputError
-from ..format.coords import decode_coords, encode_coords
+from ..format.coords import coords_view, encode_coords
 from ..format.locations import remap
 from ..format.manifest import conform_refs
 from ..format.structure import Node
@@ -60,7 +60,7 @@ def _check_coords_in_grid(node: Node, table: pa.Table) -> None:
     assert node.meta is not None
     if table.num_rows == 0 or node.meta.ndim == 0:
         return
-    coords = decode_coords(table.column("coord"), node.meta.ndim)
+    coords = coords_view(table.column("coord"), node.meta.ndim)  # not a copy of them all
     outside = np.any(coords >= np.asarray(node.meta.grid_shape, dtype=np.int64), axis=1)
     if outside.any():
         first = tuple(int(c) for c in coords[int(np.argmax(outside))])

@@ -24,6 +24,8 @@ from .coord_refs import CoordRefs
 from .manifest_writes import write_refs_manifest
 from .snapshot import SnapshotView
 
+_BLOCK = 1 << 20  # rows of coords looked at at a time for the pieces they fall in
+
 
 def split_arrays(
     base: SnapshotView,
@@ -74,8 +76,7 @@ def write_split_array(
         if array_changes is not None
         else []
     )
-    # The pieces of every coord the session wrote or deleted.
-    touched = {spec.piece_of(int(i)) for i in np.unique(_indices(layers, axis))}
+    touched = _touched_pieces(layers, spec)
     kept, rewritten = kept_pieces(pieces, spec, grid_shape[axis], touched, changes.repack_all)
 
     old = [(m, base.ref_index(base_node, m).table) for m in rewritten] if base_node else []
@@ -135,6 +136,14 @@ def _pieces_of(spec: SplitSpec, extent: tuple[int, int]) -> range:
     return range(spec.piece_of(extent[0]), spec.piece_of(extent[1] - 1) + 1)
 
 
-def _indices(layers: Sequence[CoordRefs], axis: int) -> np.ndarray:
-    """Every index along ``axis`` of the layers' coords."""
-    return np.concatenate([refs.coords[:, axis] for refs in layers] or [np.empty(0, np.int64)])
+def _touched_pieces(layers: Sequence[CoordRefs], spec: SplitSpec) -> set[int]:
+    """The pieces of every coord the session wrote or deleted (``spec.piece_of`` of each
+    index along the axis), a block of rows at a time: the unique of ten million indices at
+    once is a sort of a copy of them, for a handful of pieces."""
+    touched: set[int] = set()
+    for refs in layers:
+        index = refs.coords[:, spec.axis]
+        for start in range(0, len(index), _BLOCK):
+            pieces = np.unique(index[start : start + _BLOCK] // spec.chunks_per_split)
+            touched.update(int(p) for p in pieces)
+    return touched

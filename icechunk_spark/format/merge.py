@@ -10,6 +10,7 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import RepeatedCoordError
 from .coords import coord_keys, key_coord
@@ -35,7 +36,19 @@ def merge_refs(
         RepeatedCoordError: a layer in ``unordered`` holds a coord twice.
     """
     combined, rows = merge_order(layers, ndim, drop_tombstones, unordered)
-    return combined.take(pa.array(rows))
+    return take_rows(combined, rows)
+
+
+def take_rows(table: pa.Table, rows: np.ndarray) -> pa.Table:
+    """``table.take(rows)``, or ``table`` itself when ``rows`` are all its rows in order (one
+    layer sorted already and without repeats: the bulk write of a whole array), which spares
+    a copy of every row."""
+    return table if all_rows(rows, table.num_rows) else table.take(pa.array(rows))
+
+
+def all_rows(rows: np.ndarray, count: int) -> bool:
+    """Whether ``rows`` are ``0 .. count - 1`` in order."""
+    return len(rows) == count and np.array_equal(rows, np.arange(count))
 
 
 def merge_order(
@@ -65,6 +78,13 @@ def merge_order(
     combined = pa.concat_tables(conform_layers(layers), promote_options="permissive")
     combined = combined.combine_chunks()
     keys = coord_keys(combined.column("coord"), ndim)
+    if len(layers) == 1 and bool(np.all(keys[1:] > keys[:-1])):
+        # One layer sorted without repeats (a piece of a bulk write): every row wins, in
+        # order, with no sort of a copy of the keys.
+        rows = np.arange(len(keys))
+        if drop_tombstones and pc.any(is_tombstone(combined)).as_py():
+            rows = rows[~is_tombstone(combined).to_numpy()]
+        return combined, rows
     order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
     repeated = sorted_keys[:-1] == sorted_keys[1:]

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from icechunk_spark.format.coords import encode_coords
+from icechunk_spark.format.coords import coords_view, decode_coords, encode_coords
 from icechunk_spark.format.locations import remap, same_location_types, with_values
 from icechunk_spark.format.manifest import (
     ROW_GROUP_SIZE,
@@ -91,3 +91,21 @@ def test_layers_of_both_kinds_concatenate_and_merge_encoded() -> None:
     merged = merge_refs([old, new], 2)
     assert pa.types.is_dictionary(merged.column("virtual_path").type)
     assert merged.column("virtual_path").to_pylist() == old.column("virtual_path").to_pylist()
+
+
+def test_a_sorted_layer_merges_without_a_copy_of_its_rows() -> None:
+    layer = _encoded(_refs(1000), "virtual_path")
+    merged = merge_refs([layer], 2)
+    assert merged.equals(conform_refs(layer))
+    # The very buffers: a take would have copied a bulk write of millions of rows.
+    before = layer.column("offset").chunk(0).buffers()[1].address
+    assert merged.column("offset").chunk(0).buffers()[1].address == before
+
+
+def test_coords_view_reads_the_coord_bytes_in_place() -> None:
+    coords = np.array([[0, 1], [70_000, 2], [5, 4_000_000_000]])
+    encoded = encode_coords(coords).slice(1)
+    view = coords_view(encoded, 2)
+    np.testing.assert_array_equal(view, decode_coords(encoded, 2))
+    assert not view.flags.writeable
+    assert coords_view(encoded[:0], 2).shape == (0, 2)
