@@ -84,12 +84,12 @@ class ArrayChanges:
             columns.append(pa.chunked_array([pa.array(list(self.pending), pa.binary())]))
         if not columns or self.ndim == 0:
             return pa.array([b""] if any(len(c) for c in columns) else [], pa.binary())
-        if len(columns) == 1:
+        if len(columns) == 1 and columns[0].num_chunks == 1:
             keys = coord_keys(columns[0], self.ndim)
             if bool(np.all(keys[1:] > keys[:-1])):
-                # One bulk table sorted without repeats (a whole array's refs at once): the
-                # coords as they are, not copied three times through a sort.
-                return keys_to_coords(keys)
+                # One bulk table sorted without repeats (a whole array's refs at once): its
+                # coord column as it is, not copied three times through a sort.
+                return columns[0].chunk(0)
         keys = np.sort(np.concatenate([coord_keys(c, self.ndim) for c in columns]))
         first = np.ones(len(keys), dtype=bool)
         first[1:] = keys[1:] != keys[:-1]

@@ -32,10 +32,17 @@ def write_refs_manifest(
 ) -> ManifestRef:
     """Write one manifest holding ``refs`` of one array (sorted by coord, one row a coord);
     returns the structure's ref to it."""
+    ref, data = encode_refs_manifest(node_id, refs, set_name)
+    storage.put(manifest_key(ref.manifest_id), data)
+    return ref
+
+
+def encode_refs_manifest(node_id: int, refs: CoordRefs, set_name: str) -> tuple[ManifestRef, bytes]:
+    """``write_refs_manifest`` without the write: the structure's ref and the bytes to put."""
     table = with_array_id(conform_refs(refs.table), node_id)
     manifest_id = new_object_id()
-    storage.put(manifest_key(manifest_id), encode_manifest(table, presorted=True))
-    return ManifestRef(manifest_id, refs.extent(), refs.num_rows, set_name)
+    data = encode_manifest(table, presorted=True)
+    return ManifestRef(manifest_id, refs.extent(), refs.num_rows, set_name), data
 
 
 def write_packed_manifests(

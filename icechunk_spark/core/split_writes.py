@@ -7,6 +7,8 @@ Pieces of arrays whose refs are staged in files are written as tasks (``staged_w
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 
@@ -21,10 +23,15 @@ from ..splitting import ArrayStats, ManifestConfig, SplitSpec, split_spec
 from ..storage import Storage
 from .changes import ChangeSet
 from .coord_refs import CoordRefs
-from .manifest_writes import write_refs_manifest
+from .manifest_writes import encode_refs_manifest
 from .snapshot import SnapshotView
 
 _BLOCK = 1 << 20  # rows of coords looked at at a time for the pieces they fall in
+# Pieces merged and encoded at once. That is CPU work: more pieces at a time than cores
+# only hold more rows and buffers in memory (each pool thread's allocator keeps its own),
+# 10 M refs in 10 pieces on 16 threads peaked ~0.3 GB higher than on 4, and were slower.
+# Their puts, which wait on storage, run outside this bound.
+PIECES_BUILT_AT_ONCE = 2 * (os.cpu_count() or 1)
 
 
 def split_arrays(
@@ -92,11 +99,16 @@ def write_split_array(
             if extent is None or (extent[0] < hi and lo < extent[1])
         ]
 
+    building = threading.BoundedSemaphore(PIECES_BUILT_AT_ONCE)
+
     def write_piece(piece: int) -> ManifestRef | None:
-        refs = CoordRefs.merge(piece_layers(piece), ndim).inside(grid_shape)
-        if refs.num_rows == 0:
-            return None
-        ref = write_refs_manifest(storage, node.id, refs, spec.set_name)
+        with building:
+            refs = CoordRefs.merge(piece_layers(piece), ndim).inside(grid_shape)
+            if refs.num_rows == 0:
+                return None
+            ref, data = encode_refs_manifest(node.id, refs, spec.set_name)
+            del refs
+        storage.put(manifest_key(ref.manifest_id), data)  # waits on storage, not on a core
         written.append(manifest_key(ref.manifest_id))
         return ref
 

@@ -45,7 +45,7 @@ def encode_coords(coords: np.ndarray) -> pa.BinaryArray:
     n, ndim = coords.shape
     # Buffers over the numpy arrays, not bytes copies of them: 10 M coords are 80 MB.
     data = np.ascontiguousarray(coords, dtype=_BE_U32)
-    if data is coords:  # the caller's own array: the column must not change with it
+    if data is coords and coords.flags.writeable:  # the column must not change with it
         data = data.copy()
     offsets = np.arange(n + 1, dtype=np.int32) * (4 * ndim)
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])

@@ -204,7 +204,7 @@ def _concat_virtual(parts: Sequence[FilePart], first: ArrayRefs, axis: int) -> A
     coords, tables, start = [], [], 0
     for part in parts:
         if part.array is not None:
-            shifted = part.array.coords.copy()
+            shifted = part.array.coords.astype(np.int64)  # a copy; uint32 would wrap
             shifted[:, axis] += start // size
             coords.append(shifted)
             tables.append(part.array.refs)

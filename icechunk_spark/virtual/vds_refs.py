@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from ..errors import InvalidInputError
 from ..format.locations import as_dictionary
+from ..format.manifest import null_column
 from .references import REF_COLUMNS, ArrayRefs
 
 # The variable encoding keys VirtualiZarr's Icechunk writer stores as attributes
@@ -90,7 +91,10 @@ def manifest_coords_and_refs(manifest: Any, ndim: int) -> tuple[np.ndarray, pa.T
         values = values.reshape(paths.shape)
         return values.reshape(-1) if everywhere else values[present]
 
-    coords = np.argwhere(present).astype(np.int64, copy=False)
+    if everywhere:
+        coords = grid_coords(paths.shape)
+    else:
+        coords = np.argwhere(present).astype(np.int64, copy=False)
     if ndim == 0:
         coords = coords.reshape(int(np.count_nonzero(present)), 0)
     offsets = pick(np.asarray(manifest._offsets))
@@ -104,11 +108,26 @@ def manifest_coords_and_refs(manifest: Any, ndim: int) -> tuple[np.ndarray, pa.T
             # Below 2**63 (checked above) uint64 and int64 share their bits: no copy.
             pa.array(offsets.astype(np.uint64, copy=False).view(np.int64), pa.int64()),
             pa.array(lengths.astype(np.uint64, copy=False).view(np.int64), pa.int64()),
-            pa.nulls(coords.shape[0], pa.binary()),
+            null_column(coords.shape[0], pa.binary()),
         ],
         schema=REF_COLUMNS.set(0, pa.field("virtual_path", urls.type)),
     )
     return coords, table
+
+
+def grid_coords(grid: tuple[int, ...]) -> np.ndarray:
+    """Every coord of a chunk grid in C order, read-only, in the coord codec's own layout
+    (big-endian uint32, ``format.coords``), so the bulk table's coord column shares it:
+    ``np.argwhere`` makes int64 (160 MB for 10 M 2-d coords, after as much again for its
+    index arrays), encoding copies that once more."""
+    coords = np.empty((int(np.prod(grid)), len(grid)), dtype=">u4")
+    laid_out = coords.reshape(*grid, len(grid))
+    for axis, size in enumerate(grid):
+        shape = [1] * len(grid)
+        shape[axis] = size
+        laid_out[..., axis] = np.arange(size, dtype=np.uint32).reshape(shape)
+    coords.flags.writeable = False
+    return coords
 
 
 def paths_dictionary(paths: np.ndarray, present: np.ndarray | None) -> pa.DictionaryArray:
@@ -190,7 +209,7 @@ def split_variables(dataset: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 def shifted(array: ArrayRefs, offsets: Mapping[int, int]) -> ArrayRefs:
     """``array`` with its chunk coords moved by ``offsets`` (axis -> chunks) and its shape
     left to the caller: the refs of an append land after the existing chunks."""
-    coords = array.coords.copy()
+    coords = array.coords.astype(np.int64)  # a copy; uint32 coords would wrap, not fail
     for axis, by in offsets.items():
         coords[:, axis] += by
     return ArrayRefs(array.path, array.doc, coords, array.refs)

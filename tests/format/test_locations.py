@@ -15,6 +15,7 @@ from icechunk_spark.format.manifest import (
     conform_refs,
     decode_manifest,
     encode_manifest,
+    null_column,
 )
 from icechunk_spark.format.merge import merge_refs
 
@@ -109,3 +110,11 @@ def test_coords_view_reads_the_coord_bytes_in_place() -> None:
     np.testing.assert_array_equal(view, decode_coords(encoded, 2))
     assert not view.flags.writeable
     assert coords_view(encoded[:0], 2).shape == (0, 2)
+
+
+def test_an_all_null_column_reads_as_pa_nulls() -> None:
+    for kind in (pa.binary(), pa.string(), pa.uint64(), pa.float64()):
+        for rows in (0, 1, 9, 100_003):
+            column = null_column(rows, kind)
+            column.validate(full=True)
+            assert column.equals(pa.nulls(rows, kind))

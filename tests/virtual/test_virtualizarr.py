@@ -371,3 +371,14 @@ def test_manifest_paths_come_one_entry_per_file(
     assert urls.to_pylist() == paths.reshape(-1)[present].tolist()
     assert coords.tolist() == np.argwhere(paths != "").tolist()
     assert table.column("offset").to_pylist() == np.arange(30)[present].tolist()
+
+
+def test_a_whole_grid_s_coords_are_laid_out_as_the_coord_codec_encodes_them() -> None:
+    from icechunk_spark.format.coords import encode_coords
+    from icechunk_spark.virtual.vds_refs import grid_coords
+
+    coords = grid_coords((3, 4, 2))
+    assert coords.tolist() == np.argwhere(np.ones((3, 4, 2), bool)).tolist()
+    assert not coords.flags.writeable
+    encoded = encode_coords(coords)  # shares the coords: read-only, so they cannot change
+    assert np.frombuffer(encoded.buffers()[2], np.uint8).ctypes.data == coords.ctypes.data
