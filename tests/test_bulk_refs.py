@@ -14,6 +14,7 @@ from icechunk_spark.core.bulk_refs import merge_pending_in_bulk, pending_chunk_c
 from icechunk_spark.core.changes import ArrayChanges, ChangeSet
 from icechunk_spark.core.coord_refs import CoordRefs
 from icechunk_spark.core.snapshot import ChunkRef
+from icechunk_spark.errors import InvalidInputError
 from icechunk_spark.format.coords import encode_coords
 from icechunk_spark.format.structure import Node, make_node
 from icechunk_spark.format.txlog import chunk_changes
@@ -110,3 +111,35 @@ def test_dictionary_encoded_locations_stay_encoded_through_a_commit(tmp_path: Pa
     ref = read.get_chunk_ref("/v", (5, 3))
     assert ref is not None
     assert (ref.virtual_path, ref.offset, ref.checksum) == (container + "b.nc", 230, "etag:b")
+
+
+def test_a_row_needs_exactly_one_location(tmp_path: Path) -> None:
+    repo = Repository.create(
+        tmp_path.as_uri(), config={"virtual_chunk_containers": {"file:///data/": {}}}
+    )
+    session = repo.writable_session()
+    session.create_array("/v", (4,), (1,), "uint8")
+    refs = {
+        "coord": np.arange(4).reshape(-1, 1),
+        # one of each, then two at once, then none
+        "inline_data": pa.array([b"x", None, b"y", None], pa.binary()),
+        "virtual_path": pa.array([None, "file:///data/a", "file:///data/a", None]),
+        "offset": np.zeros(4),
+        "length": np.ones(4),
+    }
+    with pytest.raises(InvalidInputError, match="2 rows do not"):
+        session.set_chunk_refs("/v", refs)
+    refs["inline_data"] = pa.array([b"x", None, None, b"z"], pa.binary())
+    assert session.set_chunk_refs("/v", refs) == 4
+
+
+def test_unstamped_layers_keep_the_array_id_as_written() -> None:
+    changes = ArrayChanges(7, 1)
+    changes.add_table(pa.table({"coord": encode_coords(np.arange(3).reshape(-1, 1))}))
+    changes.set(_key((5,)), None)
+    assert [t.column("array_id").to_pylist() for t in changes.layers(7)] == [[7] * 3, [7]]
+    # A split array's pieces get their array_id when each manifest is cut.
+    assert [t.column("array_id").to_pylist() for t in changes.layers(7, stamped=False)] == [
+        [0] * 3,
+        [0],
+    ]

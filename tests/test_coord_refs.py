@@ -76,3 +76,14 @@ def test_a_run_of_rows_is_cut_as_a_slice_sharing_the_rows() -> None:
     scattered = layer.where(np.arange(18) % 2 == 0)  # not one run: filtered
     assert scattered.coords.tolist() == layer.coords[::2].tolist()
     assert_in_step(scattered)
+
+
+def test_an_ascending_layer_is_cut_by_binary_search() -> None:
+    layer = refs([(i, j) for i in (0, 2, 2, 5, 7) for j in range(2)], b"x").decode(0)
+    for span in [(0, 1), (1, 2), (2, 3), (2, 6), (3, 5), (6, 9), (8, 20), (0, 20)]:
+        expected = [c for c in layer.coords.tolist() if span[0] <= c[0] < span[1]]
+        piece = layer.within(0, span)
+        assert piece.coords.tolist() == expected, span
+        assert_in_step(piece)
+    unsorted = refs([(3, 0), (1, 0), (2, 1)], b"x").decode(0)  # not ascending: masks
+    assert unsorted.within(0, (1, 3)).coords.tolist() == [[1, 0], [2, 1]]

@@ -67,12 +67,15 @@ class ArrayChanges:
             self._merged = (merged, coord_keys(merged.column("coord"), self.ndim))
         return self._merged
 
-    def layers(self, node_id: int) -> list[pa.Table]:
-        """Every change as ref tables (tombstones included), oldest first, for ``node_id``."""
+    def layers(self, node_id: int, *, stamped: bool = True) -> list[pa.Table]:
+        """Every change as ref tables (tombstones included), oldest first, for ``node_id``.
+
+        ``stamped=False``: ``array_id`` left as written, for a writer that sets it on each
+        manifest it cuts (an array_id column of 10 M refs is 80 MB)."""
         out = list(self.tables)
         if self.pending:
             out.append(pending_table(self.pending))
-        return [with_array_id(t, node_id) for t in out]
+        return [with_array_id(t, node_id) for t in out] if stamped else out
 
     def changed_coords(self) -> pa.Array:
         """Every coord this session wrote or deleted, once each, sorted.

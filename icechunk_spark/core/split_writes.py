@@ -79,7 +79,11 @@ def write_split_array(
     grid_shape = node.meta.grid_shape
     array_changes = changes.chunks.get(node.id)
     layers = (
-        [CoordRefs(attach_stats(t, stats), ndim) for t in array_changes.layers(node.id)]
+        [
+            CoordRefs(attach_stats(t, stats), ndim)
+            # encode_refs_manifest stamps each piece's array_id
+            for t in array_changes.layers(node.id, stamped=False)
+        ]
         if array_changes is not None
         else []
     )
@@ -89,7 +93,7 @@ def write_split_array(
     old = [(m, base.ref_index(base_node, m).table) for m in rewritten] if base_node else []
     sources = [(m.extent[axis], CoordRefs(t, ndim)) for m, t in old] + [(None, t) for t in layers]
     for _, refs in sources:
-        refs.decode()  # once, here: the pieces are cut from them side by side in threads
+        refs.decode(axis)  # once, here: the pieces are cut from them side by side in threads
 
     def piece_layers(piece: int) -> list[CoordRefs]:
         lo, hi = spec.piece_range(piece)

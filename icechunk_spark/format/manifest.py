@@ -137,7 +137,9 @@ def _identity(table: pa.Table) -> pa.ChunkedArray:
 
 def with_array_id(refs: pa.Table, array_id: int) -> pa.Table:
     """``refs`` (conformed: ``array_id`` first) with every row belonging to ``array_id``."""
-    return refs.set_column(0, "array_id", pa.array(np.full(refs.num_rows, array_id, np.uint64)))
+    return refs.set_column(
+        0, "array_id", pa.repeat(pa.scalar(array_id, pa.uint64()), refs.num_rows)
+    )
 
 
 def is_tombstone(table: pa.Table) -> pa.ChunkedArray:

@@ -47,7 +47,8 @@ def _plain(column: pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def small_table_to_parquet(table: pa.Table) -> bytes:
-    """A file read whole and never filtered (structure, transaction log): no column statistics
+    """A file read whole and never filtered (structure; transaction logs are written so too,
+    in row groups, by ``format.txlog.encode_txlog``): no column statistics
     and no dictionary pages, whose encoders cost a quarter of writing a file of a few dozen
     rows (every small commit writes two); zstd still compresses the repeated values."""
     return table_to_parquet(table, use_dictionary=False, write_statistics=False)
