@@ -11,7 +11,8 @@ variable backed by a ``ManifestArray`` over ``ChunkManifest.from_arrays`` (numpy
 offsets, lengths), chunks of one element on a ``(N / 1000, 1000)`` grid, one file per 10,000
 chunks under a ``file://`` container of sparse files (our writer stats each file once for
 its checksum, so they must exist). Timed: the write and the commit. Memory: the process
-tree's RSS, sampled during them (``TreeMemory``), beside this process's lifetime peak.
+tree's RSS, sampled during them (``TreeMemory``), beside this process's lifetime peak, and
+the dataset's own size (the RSS building it added).
 """
 
 from __future__ import annotations
@@ -136,6 +137,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix=f"bench-vz-{args.system}-") as tmp:
         root = Path(tmp)
         container = (root / "data").as_uri() + "/"
+        # The dataset's own size: what building it added to the process (its numpy arrays,
+        # the StringDType paths' heap included), imports done before.
+        start = psutil.Process().memory_info().rss / MB
         vds = virtual_dataset(container, args.refs, root / "data")
         before = psutil.Process().memory_info().rss / MB
         write = write_ours if args.system == "ours" else write_icechunk
@@ -148,6 +152,7 @@ def main() -> None:
                 "label": f"{label} (virtualizarr {virtualizarr.__version__})",
                 "refs": args.refs,
                 "seconds": seconds,
+                "dataset_mb": before - start,
                 "rss_before_mb": before,
                 "tree_peak_mb": memory.peaks.tree_rss,
                 "process_peak_mb": peak_rss_mb(),

@@ -63,3 +63,27 @@ def test_a_commit_after_a_shrink_keeps_no_ref_beyond_the_grid(tmp_path) -> None:
     node = repo.readonly_session().get_node("/a")
     assert node.ref_count == 4
     assert [m.extent for m in node.manifests] == [((0, 4),)]
+
+
+def test_a_run_of_rows_is_cut_as_a_slice_sharing_the_rows() -> None:
+    # A split array's piece of a bulk write sorted by coord: a filter would copy its rows.
+    layer = refs([(i, j) for i in range(6) for j in range(3)], b"x")
+    piece = layer.within(0, (2, 4))
+    assert piece.coords.tolist() == [[i, j] for i in (2, 3) for j in range(3)]
+    assert_in_step(piece)
+    buffers = [t.column("coord").chunk(0).buffers()[2].address for t in (layer.table, piece.table)]
+    assert buffers[0] == buffers[1]
+    scattered = layer.where(np.arange(18) % 2 == 0)  # not one run: filtered
+    assert scattered.coords.tolist() == layer.coords[::2].tolist()
+    assert_in_step(scattered)
+
+
+def test_an_ascending_layer_is_cut_by_binary_search() -> None:
+    layer = refs([(i, j) for i in (0, 2, 2, 5, 7) for j in range(2)], b"x").decode(0)
+    for span in [(0, 1), (1, 2), (2, 3), (2, 6), (3, 5), (6, 9), (8, 20), (0, 20)]:
+        expected = [c for c in layer.coords.tolist() if span[0] <= c[0] < span[1]]
+        piece = layer.within(0, span)
+        assert piece.coords.tolist() == expected, span
+        assert_in_step(piece)
+    unsorted = refs([(3, 0), (1, 0), (2, 1)], b"x").decode(0)  # not ascending: masks
+    assert unsorted.within(0, (1, 3)).coords.tolist() == [[1, 0], [2, 1]]

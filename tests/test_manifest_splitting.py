@@ -178,3 +178,48 @@ def test_split_along_a_named_dimension(tmp_path):
     extents = sorted(m.extent[0] for m in repo.readonly_session().get_node("/var").manifests)
     assert extents == [(0, 10), (10, 20), (20, 30), (30, 35)]
     assert repo.readonly_session().get_chunk("/var", (34, 3)) == b"v"
+
+
+def test_pieces_are_built_a_few_at_a_time_and_written_all(tmp_path, monkeypatch):
+    """Merging and encoding a split array's pieces is CPU work: at most
+    PIECES_BUILT_AT_ONCE at a time, on a pool with more threads, and every piece written."""
+    import threading
+
+    from icechunk_spark.core import split_writes
+
+    monkeypatch.setattr(split_writes, "PIECES_BUILT_AT_ONCE", 2)
+    active, most, lock = [0], [0], threading.Lock()
+    encode = split_writes.encode_refs_manifest
+
+    def counting(*args, **kwargs):
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        try:
+            threading.Event().wait(0.02)  # long enough for the other pool threads to pile up
+            return encode(*args, **kwargs)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(split_writes, "encode_refs_manifest", counting)
+    sets = {"max-manifest-size": None, "arrays-per-manifest": 1, "cardinality": None}
+    split = {"split-along": "time", "chunks-per-split": 5}
+    config = {
+        "manifests": {
+            "chunk-manifests": {
+                "sets": [{"by-time": {**sets, **split}}],
+                "rules": [{"path": "/var", "target": "by-time"}],
+            }
+        }
+    }
+    repo = Repository.create(tmp_path.as_uri(), config=config)
+    session = repo.writable_session()
+    session.create_array(
+        "/var", shape=(40, 2), chunk_shape=(1, 1), dtype="int8", dimension_names=["time", "x"]
+    )
+    session.set_chunk_refs("/var", {"coord": _grid_coords((40, 2)), "inline_data": [b"v"] * 80})
+    session.commit("eight pieces")
+    assert most[0] == 2
+    assert len(repo.readonly_session().get_node("/var").manifests) == 8
+    assert repo.readonly_session().get_chunk("/var", (39, 1)) == b"v"

@@ -346,7 +346,8 @@ class BaseSession:
         return await self.handle.read_ref_async(ref, byte_range)
 
     def chunk_refs(self, path: str) -> pa.Table:
-        """Every ref of the array (committed and uncommitted), sorted by coord."""
+        """Every ref of the array (committed and uncommitted), sorted by coord. Location
+        columns written dictionary-encoded (``format.locations``) come back so."""
         return self._array_refs(self._array(path))
 
     def _array_refs(self, node: Node) -> pa.Table:

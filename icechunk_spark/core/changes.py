@@ -67,12 +67,15 @@ class ArrayChanges:
             self._merged = (merged, coord_keys(merged.column("coord"), self.ndim))
         return self._merged
 
-    def layers(self, node_id: int) -> list[pa.Table]:
-        """Every change as ref tables (tombstones included), oldest first, for ``node_id``."""
+    def layers(self, node_id: int, *, stamped: bool = True) -> list[pa.Table]:
+        """Every change as ref tables (tombstones included), oldest first, for ``node_id``.
+
+        ``stamped=False``: ``array_id`` left as written, for a writer that sets it on each
+        manifest it cuts (an array_id column of 10 M refs is 80 MB)."""
         out = list(self.tables)
         if self.pending:
             out.append(pending_table(self.pending))
-        return [with_array_id(t, node_id) for t in out]
+        return [with_array_id(t, node_id) for t in out] if stamped else out
 
     def changed_coords(self) -> pa.Array:
         """Every coord this session wrote or deleted, once each, sorted.
@@ -84,6 +87,12 @@ class ArrayChanges:
             columns.append(pa.chunked_array([pa.array(list(self.pending), pa.binary())]))
         if not columns or self.ndim == 0:
             return pa.array([b""] if any(len(c) for c in columns) else [], pa.binary())
+        if len(columns) == 1 and columns[0].num_chunks == 1:
+            keys = coord_keys(columns[0], self.ndim)
+            if bool(np.all(keys[1:] > keys[:-1])):
+                # One bulk table sorted without repeats (a whole array's refs at once): its
+                # coord column as it is, not copied three times through a sort.
+                return columns[0].chunk(0)
         keys = np.sort(np.concatenate([coord_keys(c, self.ndim) for c in columns]))
         first = np.ones(len(keys), dtype=bool)
         first[1:] = keys[1:] != keys[:-1]

@@ -9,14 +9,16 @@ per step.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Collection, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..format.coords import coords_extent, decode_coords
-from ..format.merge import merge_order
+from ..format.coords import coords_extent, coords_view
+from ..format.locations import same_location_types
+from ..format.merge import all_rows, merge_order, sorted_alone, take_rows
 
 
 class CoordRefs:
@@ -26,10 +28,18 @@ class CoordRefs:
     between threads only once its coords are decoded (``coords`` read), or each may decode.
     """
 
-    __slots__ = ("_coords", "ndim", "table")
+    __slots__ = ("_ascending", "_coords", "ndim", "table")
 
-    def __init__(self, table: pa.Table, ndim: int, coords: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        table: pa.Table,
+        ndim: int,
+        coords: np.ndarray | None = None,
+        ascending: frozenset[int] = frozenset(),
+    ) -> None:
         self.table, self.ndim, self._coords = table, ndim, coords
+        # Axes along which the rows' indices are known never to decrease (``decode``).
+        self._ascending = ascending
 
     @property
     def num_rows(self) -> int:
@@ -41,25 +51,35 @@ class CoordRefs:
 
     @property
     def coords(self) -> np.ndarray:
-        """The rows' coords, in row order (decoded now if not yet)."""
+        """The rows' coords, in row order (decoded now if not yet): ints, read-only, either
+        int64 or big-endian uint32 viewing the coord column (``coords_view``: a copy of ten
+        million coords is 160 MB)."""
         if self._coords is None:
             self._coords = (
-                decode_coords(self.table.column("coord"), self.ndim)
+                coords_view(self.table.column("coord"), self.ndim)
                 if self.num_rows
                 else np.empty((0, self.ndim), dtype=np.int64)
             )
         return self._coords
 
-    def decode(self) -> CoordRefs:
-        """This object with its coords decoded (now, if not yet)."""
-        _ = self.coords
+    def decode(self, ascending_along: int | None = None) -> CoordRefs:
+        """This object with its coords decoded (now, if not yet). With ``ascending_along``,
+        also whether the rows' indices along that axis never decrease (a bulk write sorted by
+        coord, along axis 0): then ``within`` cuts a slice found by binary search, not masks
+        over every row for each piece. Call it before sharing the rows between threads."""
+        coords = self.coords
+        if ascending_along is not None and ascending_along not in self._ascending:
+            index = coords[:, ascending_along]
+            if bool(np.all(index[1:] >= index[:-1])):
+                self._ascending = self._ascending | {ascending_along}
         return self
 
     @classmethod
     def concat(cls, parts: Sequence[CoordRefs], ndim: int) -> CoordRefs:
         """The rows of (at least one) parts end to end, their coords too where all have them."""
         coords = np.concatenate([p.coords for p in parts]) if _all_decoded(parts) else None
-        return cls(pa.concat_tables([p.table for p in parts]), ndim, coords)
+        tables = same_location_types([p.table for p in parts])
+        return cls(pa.concat_tables(tables), ndim, coords)
 
     @classmethod
     def merge(
@@ -71,11 +91,20 @@ class CoordRefs:
         Raises:
             RepeatedCoordError: a layer in ``unordered`` holds a coord twice.
         """
+        alone = sorted_alone([layer.table for layer in layers], ndim, drop_tombstones=True)
+        if alone is not None:
+            (layer,) = (layer for layer in layers if layer.num_rows)
+            return cls(alone, ndim, layer._coords, layer._ascending)
         combined, rows = merge_order([layer.table for layer in layers], ndim, unordered=unordered)
         coords = None
         if layers and _all_decoded(layers):
-            coords = np.concatenate([layer.coords for layer in layers])[rows]
-        return cls(combined.take(pa.array(rows)), ndim, coords)
+            coords = (
+                layers[0].coords
+                if len(layers) == 1
+                else np.concatenate([layer.coords for layer in layers])
+            )
+            coords = coords if all_rows(rows, len(coords)) else coords[rows]
+        return cls(take_rows(combined, rows), ndim, coords)
 
     def extent(self) -> tuple[tuple[int, int], ...]:
         """Per dimension ``[min, max + 1)`` of the coords; ``()`` without rows."""
@@ -83,10 +112,22 @@ class CoordRefs:
 
     def where(self, keep: np.ndarray) -> CoordRefs:
         """The rows where ``keep`` is true (this object itself when all are)."""
-        if keep.all():
+        count = int(np.count_nonzero(keep))
+        if count == len(keep):
             return self
+        first = int(np.argmax(keep)) if count else 0
+        if keep[first : first + count].all():
+            # One run of rows (a piece of an array sorted along the split axis): a slice
+            # shares the rows where a filter would copy them.
+            return self._rows(first, count)
         coords = None if self._coords is None else self._coords[keep]
-        return CoordRefs(self.table.filter(pa.array(keep)), self.ndim, coords)
+        table = self.table.filter(pa.array(keep))
+        return CoordRefs(table, self.ndim, coords, self._ascending)  # a subsequence ascends
+
+    def _rows(self, start: int, count: int) -> CoordRefs:
+        """Rows ``[start, start + count)``, sharing this object's rows."""
+        coords = None if self._coords is None else self._coords[start : start + count]
+        return CoordRefs(self.table.slice(start, count), self.ndim, coords, self._ascending)
 
     def inside(self, grid_shape: Sequence[int]) -> CoordRefs:
         """The rows inside a chunk grid: a resize may leave refs beyond it."""
@@ -99,6 +140,9 @@ class CoordRefs:
         if axis is None or span is None or self.num_rows == 0:
             return self
         index = self.coords[:, axis]
+        if axis in self._ascending:
+            lo, hi = bisect_left(index, span[0]), bisect_left(index, span[1])
+            return self._rows(lo, hi - lo)
         return self.where((index >= span[0]) & (index < span[1]))
 
     def without(self, drop: pa.Array | None) -> CoordRefs:

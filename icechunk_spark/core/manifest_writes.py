@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from ..format.ids import new_object_id
 from ..format.keys import manifest_key
+from ..format.locations import same_location_types
 from ..format.manifest import conform_refs, encode_manifest, with_array_id
 from ..format.structure import ManifestRef
 from ..pools import bounded_map
@@ -31,10 +32,17 @@ def write_refs_manifest(
 ) -> ManifestRef:
     """Write one manifest holding ``refs`` of one array (sorted by coord, one row a coord);
     returns the structure's ref to it."""
+    ref, data = encode_refs_manifest(node_id, refs, set_name)
+    storage.put(manifest_key(ref.manifest_id), data)
+    return ref
+
+
+def encode_refs_manifest(node_id: int, refs: CoordRefs, set_name: str) -> tuple[ManifestRef, bytes]:
+    """``write_refs_manifest`` without the write: the structure's ref and the bytes to put."""
     table = with_array_id(conform_refs(refs.table), node_id)
     manifest_id = new_object_id()
-    storage.put(manifest_key(manifest_id), encode_manifest(table, presorted=True))
-    return ManifestRef(manifest_id, refs.extent(), refs.num_rows, set_name)
+    data = encode_manifest(table, presorted=True)
+    return ManifestRef(manifest_id, refs.extent(), refs.num_rows, set_name), data
 
 
 def write_packed_manifests(
@@ -73,7 +81,7 @@ def write_packed_manifests(
             ref = ManifestRef(manifest_id, refs.extent(), refs.num_rows, manifest.set_name)
             out.append((node_id, ref))
         if tables:
-            table = pa.concat_tables(tables, promote_options="permissive")
+            table = pa.concat_tables(same_location_types(tables), promote_options="permissive")
             if kept[0]:  # blocks of whole arrays: a stable sort by array keeps coord order
                 table = table.take(pc.sort_indices(table, [("array_id", "ascending")]))
             # Arrays in id order, each sorted by coord (merge_refs): the manifest order.

@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InvalidInputError
-from ..format.coords import decode_coords, encode_coords
+from ..format.coords import coords_view, encode_coords
+from ..format.locations import remap
 from ..format.manifest import conform_refs
 from ..format.structure import Node
 from .containers import resolve_url
@@ -59,8 +60,11 @@ def _check_coords_in_grid(node: Node, table: pa.Table) -> None:
     assert node.meta is not None
     if table.num_rows == 0 or node.meta.ndim == 0:
         return
-    coords = decode_coords(table.column("coord"), node.meta.ndim)
-    outside = np.any(coords >= np.asarray(node.meta.grid_shape, dtype=np.int64), axis=1)
+    coords = coords_view(table.column("coord"), node.meta.ndim)  # not a copy of them all
+    grid = np.asarray(node.meta.grid_shape, dtype=np.int64)
+    if bool(np.all(coords.max(axis=0) < grid)):
+        return  # no per-row arrays when every coord is inside (10 M 2-d coords: 30 MB)
+    outside = np.any(coords >= grid, axis=1)
     if outside.any():
         first = tuple(int(c) for c in coords[int(np.argmax(outside))])
         raise InvalidInputError(
@@ -70,12 +74,12 @@ def _check_coords_in_grid(node: Node, table: pa.Table) -> None:
 
 
 def _check_one_location(node: Node, table: pa.Table) -> None:
-    located = [
-        pc.cast(pc.is_valid(table.column(c)), pa.int8())
-        for c in ("inline_data", "chunk_id", "virtual_path")
-    ]
-    count = pc.add(pc.add(located[0], located[1]), located[2])
-    bad = pc.not_equal(count, 1)
+    # On bitmaps: exactly one of three is set when their xor is, and not all three are.
+    inline, native, virtual = (
+        pc.is_valid(table.column(c)) for c in ("inline_data", "chunk_id", "virtual_path")
+    )
+    one = pc.xor(pc.xor(inline, native), virtual)
+    bad = pc.invert(pc.and_(one, pc.invert(pc.and_(pc.and_(inline, native), virtual))))
     if pc.any(bad).as_py():
         raise InvalidInputError(
             f"every ref for array {node.path!r} needs exactly one of inline_data, chunk_id, "
@@ -84,17 +88,17 @@ def _check_one_location(node: Node, table: pa.Table) -> None:
 
 
 def _resolve_virtual_column(table: pa.Table, containers: Mapping[str, Any]) -> pa.Table:
+    """Each distinct URL resolved once; rewritten (dictionary-encoded) only if one changes."""
     column = table.column("virtual_path")
     if column.null_count == len(column):
         return table
-    unique = pc.unique(column.drop_null()).to_pylist()
+    unique = [u for u in pc.unique(column).to_pylist() if u is not None]
     resolved = {u: resolve_url(u, containers)[0] for u in unique}
     if all(k == v for k, v in resolved.items()):
         return table
-    mapped = pa.array(
-        [resolved.get(v) if v is not None else None for v in column.to_pylist()], pa.string()
-    )
-    return table.set_column(table.schema.get_field_index("virtual_path"), "virtual_path", mapped)
+    mapped = remap(column, resolved)
+    index = table.schema.get_field_index("virtual_path")
+    return table.set_column(index, pa.field("virtual_path", mapped.type), mapped)
 
 
 def _as_ref_table(refs: pa.Table | Mapping[str, Any], ndim: int) -> pa.Table:

@@ -43,8 +43,11 @@ def encode_coords(coords: np.ndarray) -> pa.BinaryArray:
     if coords.size and (coords.min() < 0 or coords.max() > _MAX_INDEX):
         raise InvalidInputError(f"chunk coords must lie in [0, {_MAX_INDEX}]")
     n, ndim = coords.shape
-    data = np.ascontiguousarray(coords, dtype=_BE_U32).tobytes()
-    offsets = (np.arange(n + 1, dtype=np.int32) * (4 * ndim)).tobytes()
+    # Buffers over the numpy arrays, not bytes copies of them: 10 M coords are 80 MB.
+    data = np.ascontiguousarray(coords, dtype=_BE_U32)
+    if data is coords and coords.flags.writeable:  # the column must not change with it
+        data = data.copy()
+    offsets = np.arange(n + 1, dtype=np.int32) * (4 * ndim)
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
@@ -52,8 +55,19 @@ def decode_coords(encoded: pa.Array | pa.ChunkedArray, ndim: int) -> np.ndarray:
     """Decode a column of coords of one array (all ``ndim`` wide) into an ``(n, ndim)`` array."""
     if ndim == 0:  # a 0-d array's only chunk has the empty coord
         return np.zeros((len(encoded), 0), dtype=np.int64)
-    keys = coord_keys(encoded, ndim)
-    return np.frombuffer(keys.tobytes(), dtype=_BE_U32).reshape(-1, ndim).astype(np.int64)
+    return coords_view(encoded, ndim).astype(np.int64)
+
+
+def coords_view(encoded: pa.Array | pa.ChunkedArray, ndim: int) -> np.ndarray:
+    """The coords of one array as an ``(n, ndim)`` big-endian uint32 array *viewing* the
+    column's bytes (read-only): no copy, where ``decode_coords`` makes an int64 one (10 M
+    2-d coords: 160 MB). Compare, index and reduce it; it is not for arithmetic that may
+    leave uint32. A column of several chunks is combined first (that copy is the view's)."""
+    if ndim == 0:
+        return np.zeros((len(encoded), 0), dtype=_BE_U32)
+    view = coord_keys(encoded, ndim).view(np.uint8).view(_BE_U32).reshape(-1, ndim)
+    view.flags.writeable = False  # the column's bytes: Arrow arrays are immutable
+    return view
 
 
 def key_coord(keys: np.ndarray, i: int, ndim: int) -> tuple[int, ...]:
@@ -95,8 +109,8 @@ def coord_keys(encoded: pa.Array | pa.ChunkedArray, ndim: int) -> np.ndarray:
 def keys_to_coords(keys: np.ndarray) -> pa.BinaryArray:
     """The inverse of ``coord_keys``: a fixed-width bytes array back to a binary column."""
     n, width = len(keys), keys.dtype.itemsize
-    offsets = (np.arange(n + 1, dtype=np.int32) * width).tobytes()
-    data = np.ascontiguousarray(keys).tobytes()
+    offsets = np.arange(n + 1, dtype=np.int32) * width
+    data = np.ascontiguousarray(keys).view(np.uint8)
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 

@@ -18,8 +18,10 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import FormatError
-from .parquet import parquet_to_table, small_table_to_parquet
+from .parquet import parquet_to_table, row_groups_to_parquet
 
+# pq.write_table's default: transaction logs keep the row groups they were written with.
+TXLOG_ROW_GROUP_SIZE = 1024 * 1024
 CHUNK_CHANGES_SCHEMA = pa.schema(
     [
         pa.field("node_id", pa.uint64(), nullable=False),
@@ -83,8 +85,15 @@ class TransactionLog:
 
 
 def chunk_changes(node_id: int, coords: pa.Array | pa.ChunkedArray) -> pa.Table:
-    """Rows recording that ``coords`` of node ``node_id`` changed."""
-    return chunk_changes_of(np.full(len(coords), node_id, dtype=np.uint64), coords)
+    """Rows recording that ``coords`` of node ``node_id`` changed.
+
+    ``node_id`` is a one-entry dictionary over zeroed indices (pages the OS maps only when
+    written): 10 M changed coords of one array would otherwise take an 80 MB column of one
+    value. ``encode_txlog`` writes it as the plain column."""
+    indices = pa.array(np.zeros(len(coords), np.int32))
+    ids = pa.DictionaryArray.from_arrays(indices, pa.array([node_id], pa.uint64()))
+    schema = CHUNK_CHANGES_SCHEMA.set(0, CHUNK_CHANGES_SCHEMA.field("node_id").with_type(ids.type))
+    return pa.table({"node_id": ids, "coord": coords}, schema=schema)
 
 
 def chunk_changes_of(node_ids: np.ndarray, coords: pa.Array | pa.ChunkedArray) -> pa.Table:
@@ -95,10 +104,30 @@ def chunk_changes_of(node_ids: np.ndarray, coords: pa.Array | pa.ChunkedArray) -
 
 def encode_txlog(nodes: Iterable[NodeChange], chunks: Iterable[pa.Table]) -> bytes:
     node_list = [_node_entry(n) for n in nodes]
-    tables = [t for t in chunks if t.num_rows]
+    tables = _same_node_id_type([t for t in chunks if t.num_rows])
     table = pa.concat_tables(tables) if tables else CHUNK_CHANGES_SCHEMA.empty_table()
     table = table.replace_schema_metadata({"icechunk.nodes": json.dumps(node_list)})
-    return small_table_to_parquet(table)
+    # In Parquet's default row groups, a dictionary node_id decoded one group at a time:
+    # the bytes small_table_to_parquet writes for the plain table.
+    return row_groups_to_parquet(
+        table, TXLOG_ROW_GROUP_SIZE, use_dictionary=False, write_statistics=False
+    )
+
+
+def _same_node_id_type(tables: list[pa.Table]) -> list[pa.Table]:
+    """Where some tables carry ``node_id`` as a dictionary (``chunk_changes``), the plain
+    ones (a few pending chunks' rows) are encoded too, so the tables concatenate."""
+    if len({pa.types.is_dictionary(t.schema.field("node_id").type) for t in tables}) < 2:
+        return tables
+    out = []
+    for table in tables:
+        ids = table.column("node_id")
+        if not pa.types.is_dictionary(ids.type):
+            encoded = ids.dictionary_encode().cast(pa.dictionary(pa.int32(), pa.uint64()))
+            field = table.schema.field("node_id").with_type(encoded.type)
+            table = table.set_column(0, field, encoded)
+        out.append(table)
+    return out
 
 
 def _node_entry(change: NodeChange) -> dict[str, object]:

@@ -43,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InvalidInputError
+from ..format.locations import same_location_types
 from .combine_checks import (
     LABELS,
     check_compatible,
@@ -203,10 +204,12 @@ def _concat_virtual(parts: Sequence[FilePart], first: ArrayRefs, axis: int) -> A
     coords, tables, start = [], [], 0
     for part in parts:
         if part.array is not None:
-            shifted = part.array.coords.copy()
+            shifted = part.array.coords.astype(np.int64)  # a copy; uint32 would wrap
             shifted[:, axis] += start // size
             coords.append(shifted)
             tables.append(part.array.refs)
         start += part.length
     doc = {**first.doc, "shape": concat_shape(parts, first, axis)}
-    return ArrayRefs(first.path, doc, np.concatenate(coords), pa.concat_tables(tables))
+    # Parsed by VirtualiZarr (dictionary-encoded URLs) or from kerchunk (plain): one type.
+    table = pa.concat_tables(same_location_types(tables))
+    return ArrayRefs(first.path, doc, np.concatenate(coords), table)

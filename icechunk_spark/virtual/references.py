@@ -34,6 +34,7 @@ from .metadata import array_v2_to_v3, group_v2_to_v3, loads
 _TEMPLATE = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 REF_COLUMNS = pa.schema(
     [
+        # Or a dictionary of strings (format.locations): VirtualiZarr manifests come so.
         pa.field("virtual_path", pa.string()),
         pa.field("offset", pa.int64()),
         pa.field("length", pa.int64()),  # null: the whole file (length from fsspec info)

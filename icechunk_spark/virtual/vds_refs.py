@@ -29,11 +29,15 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InvalidInputError
+from ..format.locations import as_dictionary
+from ..format.manifest import null_column
 from .references import REF_COLUMNS, ArrayRefs
 
 # The variable encoding keys VirtualiZarr's Icechunk writer stores as attributes
 # (virtualizarr/writers/icechunk.py ENCODING_KEYS): they change how xarray decodes values.
 ENCODING_KEYS = ("_FillValue", "missing_value", "scale_factor", "add_offset")
+# Paths turned into Arrow strings at a time (64 Ki x ~80 B: a few MB alive, not gigabytes).
+PATH_SLICE = 1 << 16
 INSTALL_HINT = "pip install 'icechunk-spark[virtualizarr]'"
 
 
@@ -68,10 +72,11 @@ def is_virtual_dataset(dataset: Any) -> bool:
 def manifest_coords_and_refs(manifest: Any, ndim: int) -> tuple[np.ndarray, pa.Table]:
     """A ``ChunkManifest``'s present chunks: ``(n, ndim)`` coords (C order) and REF_COLUMNS.
 
-    Vectorized: one mask over ``_paths``, ``argwhere`` for the coords, and Arrow arrays made
-    from the masked numpy arrays (a ``StringDType`` array converts in C). When every chunk
-    is present (the usual manifest) the arrays are taken flat instead of masked: views, not
-    copies of millions of strings.
+    Vectorized: one mask over ``_paths``, ``argwhere`` for the coords, Arrow arrays over the
+    numpy ones. When every chunk is present (the usual manifest) offsets and lengths are the
+    manifest's own arrays, viewed, not copied. The paths come dictionary-encoded (one string
+    per file, an int32 index per chunk, ``paths_dictionary``): ten million refs into a
+    thousand files would otherwise hold ten million strings.
     """
     paths = np.asarray(manifest._paths)
     if paths.ndim != ndim and not (ndim == 0 and paths.size == 1):
@@ -86,24 +91,66 @@ def manifest_coords_and_refs(manifest: Any, ndim: int) -> tuple[np.ndarray, pa.T
         values = values.reshape(paths.shape)
         return values.reshape(-1) if everywhere else values[present]
 
-    coords = np.argwhere(present).astype(np.int64, copy=False)
+    if everywhere:
+        coords = grid_coords(paths.shape)
+    else:
+        coords = np.argwhere(present).astype(np.int64, copy=False)
     if ndim == 0:
         coords = coords.reshape(int(np.count_nonzero(present)), 0)
     offsets = pick(np.asarray(manifest._offsets))
     lengths = pick(np.asarray(manifest._lengths))
     if offsets.size and (int(offsets.max()) >= 2**63 or int(lengths.max()) >= 2**63):
         raise InvalidInputError("a chunk manifest holds an offset or length past 2**63")
+    urls = paths_dictionary(paths.reshape(-1), None if everywhere else present.reshape(-1))
     table = pa.table(
         [
-            pa.array(pick(paths), pa.string()),
+            urls,
             # Below 2**63 (checked above) uint64 and int64 share their bits: no copy.
             pa.array(offsets.astype(np.uint64, copy=False).view(np.int64), pa.int64()),
             pa.array(lengths.astype(np.uint64, copy=False).view(np.int64), pa.int64()),
-            pa.nulls(coords.shape[0], pa.binary()),
+            null_column(coords.shape[0], pa.binary()),
         ],
-        schema=REF_COLUMNS,
+        schema=REF_COLUMNS.set(0, pa.field("virtual_path", urls.type)),
     )
     return coords, table
+
+
+def grid_coords(grid: tuple[int, ...]) -> np.ndarray:
+    """Every coord of a chunk grid in C order, read-only, in the coord codec's own layout
+    (big-endian uint32, ``format.coords``), so the bulk table's coord column shares it:
+    ``np.argwhere`` makes int64 (160 MB for 10 M 2-d coords, after as much again for its
+    index arrays), encoding copies that once more."""
+    coords = np.empty((int(np.prod(grid)), len(grid)), dtype=">u4")
+    laid_out = coords.reshape(*grid, len(grid))
+    for axis, size in enumerate(grid):
+        shape = [1] * len(grid)
+        shape[axis] = size
+        laid_out[..., axis] = np.arange(size, dtype=np.uint32).reshape(shape)
+    coords.flags.writeable = False
+    return coords
+
+
+def paths_dictionary(paths: np.ndarray, present: np.ndarray | None) -> pa.DictionaryArray:
+    """The flat ``paths`` (where ``present``, all without it) as a dictionary array.
+
+    The numpy strings become Arrow strings one slice at a time, each slice dictionary-encoded
+    and its few distinct values numbered in one dictionary for the whole manifest: the URLs
+    alive at once are one slice's, whatever the manifest's size.
+    """
+    rows = len(paths) if present is None else int(np.count_nonzero(present))
+    indices = np.empty(rows, np.int32)
+    numbers: dict[str, int] = {}
+    done = 0
+    for start in range(0, len(paths), PATH_SLICE):
+        part = paths[start : start + PATH_SLICE]
+        if present is not None:
+            part = part[present[start : start + PATH_SLICE]]
+        encoded = as_dictionary(pa.array(part, pa.string()))
+        values = encoded.dictionary.to_pylist()
+        ids = np.array([numbers.setdefault(v, len(numbers)) for v in values], np.int32)
+        indices[done : done + len(part)] = ids[encoded.indices.to_numpy()]
+        done += len(part)
+    return pa.DictionaryArray.from_arrays(pa.array(indices), pa.array(list(numbers), pa.string()))
 
 
 def encode_attrs(attrs: Mapping[Any, Any]) -> dict[str, Any]:
@@ -162,7 +209,7 @@ def split_variables(dataset: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 def shifted(array: ArrayRefs, offsets: Mapping[int, int]) -> ArrayRefs:
     """``array`` with its chunk coords moved by ``offsets`` (axis -> chunks) and its shape
     left to the caller: the refs of an append land after the existing chunks."""
-    coords = array.coords.copy()
+    coords = array.coords.astype(np.int64)  # a copy; uint32 coords would wrap, not fail
     for axis, by in offsets.items():
         coords[:, axis] += by
     return ArrayRefs(array.path, array.doc, coords, array.refs)

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from ..core import file_checksum, resolve_target
 from ..errors import InvalidInputError, NotFoundError
 from ..format.coords import encode_coords
+from ..format.locations import remap, with_values
 from ..format.paths import normalize_path
 from .references import ArrayRefs, ReferenceSet
 
@@ -151,8 +152,8 @@ def resolve_all(
         urls = array.refs.column("virtual_path")
         if urls.null_count == len(urls):
             continue
-        for url in pc.unique(urls.drop_null()).to_pylist():
-            if url not in out:
+        for url in pc.unique(urls).to_pylist():  # a dictionary's values, not one per ref
+            if url is not None and url not in out:
                 out[url] = resolve_target(absolute_url(url, remote_protocol), containers)[0]
     return out
 
@@ -289,21 +290,42 @@ def _virtual_table(
     infos: Mapping[str, _FileInfo],
     checksums: bool,
 ) -> dict[str, Any]:
-    refs = array.refs.filter(pa.array(mask))
-    originals = list(resolved)
-    index = pc.index_in(refs.column("virtual_path"), value_set=pa.array(originals, pa.string()))
-    urls = pa.array([resolved[u] for u in originals], pa.string()).take(index)
+    """The bulk table of the virtual rows (``mask``) of ``array``: URLs resolved and their
+    checksums per file, dictionary-encoded (one entry per file, the indices shared), offsets
+    and lengths viewed as uint64 where they can be."""
+    everything = bool(mask.all())  # the usual case: no filter copying every row
+    refs = array.refs if everything else array.refs.filter(pa.array(mask))
+    urls = remap(refs.column("virtual_path"), resolved)
+    files = urls.dictionary.to_pylist()
     lengths = refs.column("length")
     if lengths.null_count:  # whole-file refs: the file's size
-        sizes = pa.array([infos[resolved[u]].size for u in originals], pa.int64()).take(index)
+        sizes = pa.array([infos[u].size for u in files], pa.int64()).take(urls.indices)
         lengths = pc.coalesce(lengths, sizes)
+    offsets = refs.column("offset")
     table: dict[str, Any] = {
-        "coord": encode_coords(array.coords[mask]),  # (n, 0) for scalars: no reshape
+        # (n, 0) for scalars: no reshape
+        "coord": encode_coords(array.coords if everything else array.coords[mask]),
         "virtual_path": urls,
-        "offset": pc.cast(pc.fill_null(refs.column("offset"), 0), pa.uint64()),
-        "length": pc.cast(lengths, pa.uint64()),
+        "offset": as_uint64(pc.fill_null(offsets, 0) if offsets.null_count else offsets),
+        "length": as_uint64(lengths),
     }
     if checksums:
-        sums = pa.array([infos[resolved[u]].checksum for u in originals], pa.string())
-        table["checksum"] = sums.take(index)
+        sums = pa.array([infos[u].checksum for u in files], pa.string())
+        table["checksum"] = with_values(urls, sums)
     return table
+
+
+def as_uint64(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """An int64 column without nulls or negative values as uint64, sharing its buffer (the
+    bits are the same below 2**63); any other column cast, as the cast refuses a negative."""
+    if isinstance(column, pa.ChunkedArray) and column.num_chunks == 1:
+        column = column.chunk(0)
+    if (
+        not isinstance(column, pa.Array)
+        or column.type != pa.int64()
+        or column.null_count
+        or (len(column) and pc.min(column).as_py() < 0)
+    ):
+        return pc.cast(column, pa.uint64())
+    data = column.buffers()[1]
+    return pa.Array.from_buffers(pa.uint64(), len(column), [None, data], offset=column.offset)

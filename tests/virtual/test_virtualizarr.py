@@ -17,6 +17,7 @@ from typing import Any
 
 import netCDF4
 import numpy as np
+import pyarrow as pa
 import pytest
 import xarray as xr
 
@@ -339,3 +340,45 @@ def test_without_virtualizarr_the_error_names_the_extra(
     monkeypatch.setitem(sys.modules, "virtualizarr", None)  # import raises ImportError
     with pytest.raises(InvalidInputError, match=r"icechunk-spark\[virtualizarr\]"):
         open_virtual((tmp_path / "a.nc").as_uri(), parser="hdf5")
+
+
+@pytest.mark.parametrize("missing", [False, True])
+def test_manifest_paths_come_one_entry_per_file(
+    monkeypatch: pytest.MonkeyPatch, missing: bool
+) -> None:
+    """A ChunkManifest's paths become a dictionary column (one URL per file, an int32 per
+    chunk), slice by slice, with the chunks a manifest lacks left out."""
+    from virtualizarr.manifests import ChunkManifest
+
+    from icechunk_spark.virtual import vds_refs
+
+    monkeypatch.setattr(vds_refs, "PATH_SLICE", 4)  # several slices, files across them
+    names = np.array(["file:///d/a.nc", "file:///d/b.nc", "file:///d/c.nc"], dtype=object)
+    paths = names[np.arange(30) // 7 % 3].reshape(5, 6)
+    if missing:
+        paths[1, 2] = paths[4, 0] = ""
+    manifest = ChunkManifest.from_arrays(
+        paths=paths.astype(np.dtypes.StringDType()),
+        offsets=np.arange(30, dtype=np.uint64).reshape(5, 6),
+        lengths=np.full((5, 6), 3, dtype=np.uint64),
+        validate_paths=False,
+    )
+    coords, table = vds_refs.manifest_coords_and_refs(manifest, 2)
+    present = paths.reshape(-1) != ""
+    urls = table.column("virtual_path").combine_chunks()
+    assert pa.types.is_dictionary(urls.type)
+    assert sorted(urls.dictionary.to_pylist()) == sorted(names.tolist())
+    assert urls.to_pylist() == paths.reshape(-1)[present].tolist()
+    assert coords.tolist() == np.argwhere(paths != "").tolist()
+    assert table.column("offset").to_pylist() == np.arange(30)[present].tolist()
+
+
+def test_a_whole_grid_s_coords_are_laid_out_as_the_coord_codec_encodes_them() -> None:
+    from icechunk_spark.format.coords import encode_coords
+    from icechunk_spark.virtual.vds_refs import grid_coords
+
+    coords = grid_coords((3, 4, 2))
+    assert coords.tolist() == np.argwhere(np.ones((3, 4, 2), bool)).tolist()
+    assert not coords.flags.writeable
+    encoded = encode_coords(coords)  # shares the coords: read-only, so they cannot change
+    assert np.frombuffer(encoded.buffers()[2], np.uint8).ctypes.data == coords.ctypes.data
