@@ -165,8 +165,9 @@ def _sample(folder: Path, days: int, first: int = 0) -> None:
 
 def test_virtual_ingest_into_s3_appends_new_files_only(tmp_path, s3_endpoint):
     """The daily update as a job, into a repository on S3 (the storage options reach the
-    executors): each run appends only the files not referenced yet, a third run commits
-    nothing, and the result reads as xarray reads the files."""
+    executors): each run appends only the files not referenced yet, and the result reads as
+    xarray reads the files. (A run with nothing new commits nothing: that is
+    tests/spark/test_virtual_ingest.py's, through the shared session, a spark-submit less.)"""
     data, url = tmp_path / "data", f"s3://{S3_BUCKET}/jobs-virtual"
     options = [
         "--storage-option",
@@ -180,12 +181,7 @@ def test_virtual_ingest_into_s3_appends_new_files_only(tmp_path, s3_endpoint):
     files = ["--repo", url, "--files", f"{data}/*.nc", *options]
     summary(submit("ingest_virtual.py", *files), "ingest_virtual")
     _sample(data, 2, first=4)
-    second = submit("ingest_virtual.py", *files)
-    again = submit("ingest_virtual.py", *files)
-    assert (
-        summary(again, "ingest_virtual")["snapshot"]
-        == summary(second, "ingest_virtual")["snapshot"]
-    )
+    summary(submit("ingest_virtual.py", *files), "ingest_virtual")
     repo = Repository.open(
         url,
         storage_options={"key": "testing", "secret": "testing", "endpoint_url": s3_endpoint},
