@@ -60,3 +60,34 @@ def test_the_next_commit_does_not_read_back_the_manifest_this_process_wrote(
         session.commit(f"chunk {value}")
         assert storage.gets["m"] == 0
     assert repo.readonly_session().get_chunk("/b", (0,)) == b"\0"  # b's refs carried over
+
+
+class MeetingLogReads(CountingStorage):
+    """Every read of a transaction log waits until ``parties`` are in flight: a rebase that
+    read the logs it rebases over one after another never gets past the first."""
+
+    def __init__(self, inner: Storage) -> None:
+        super().__init__(inner)
+        self.meeting: threading.Barrier | None = None
+
+    def get(self, key: str) -> bytes:
+        if self.meeting is not None and key.startswith("x/"):
+            self.meeting.wait()
+        return super().get(key)
+
+
+def test_a_rebase_reads_the_logs_it_rebases_over_in_one_round(tmp_path: Path) -> None:
+    storage = MeetingLogReads(open_storage(tmp_path.as_uri()))
+    repo = _repository(storage)
+    behind = repo.writable_session()
+    behind.set_chunk("/b", (9,), b"\x09")
+    for value in (1, 2, 3):  # three commits land after `behind` began
+        session = repo.writable_session()
+        session.set_chunk("/a", (value,), bytes([value]))
+        session.commit(f"chunk {value}")
+    storage.meeting = threading.Barrier(3, timeout=10)  # broken (an error) if one waits alone
+    behind.commit("rebased over three")
+    storage.meeting = None
+    reader = repo.readonly_session()
+    assert [reader.get_chunk("/a", (v,)) for v in (1, 2, 3)] == [b"\1", b"\2", b"\3"]
+    assert reader.get_chunk("/b", (9,)) == b"\x09"

@@ -291,10 +291,9 @@ class Commit:
         what was committed since (after ``policy`` resolved what it can)."""
         tip = state.branch(self._branch).snapshot_id
         storage = self._handle.storage
-        logs = [
-            decode_txlog(storage.get(txlog_key(s)), txlog_key(s))
-            for s in self._snapshots_since_base(state, tip)
-        ]
+        # Read side by side: on object storage a rebase over k commits is one round trip, not k.
+        keys = [txlog_key(s) for s in self._snapshots_since_base(state, tip)]
+        logs = list(self._handle.pool.map(lambda key: decode_txlog(storage.get(key), key), keys))
         tip_view = self._handle.snapshot_view(tip, state)
         with self._changes.lock:
             nodes = current_nodes(self.base, self._changes)
