@@ -21,7 +21,6 @@ import pyarrow.compute as pc
 
 # The string columns of a ref table that may come dictionary-encoded.
 LOCATION_COLUMNS = ("chunk_id", "virtual_path", "checksum")
-DICTIONARY = pa.dictionary(pa.int32(), pa.string())
 
 Column: TypeAlias = pa.Array | pa.ChunkedArray
 
@@ -39,14 +38,14 @@ def conform_location(column: Column, value_type: pa.DataType) -> Column:
 
 
 def as_dictionary(column: Column) -> pa.DictionaryArray:
-    """``column`` as one dictionary array: chunks combined (their dictionaries unified, only
-    indices copied), a plain column encoded."""
+    """``column`` as one dictionary array with int32 indices: chunks combined (their
+    dictionaries unified, only indices copied), a plain column encoded."""
     if isinstance(column, pa.ChunkedArray):
         # One chunk is taken as it is: combining even one copies it.
         column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     if not is_dictionary(column):
         column = column.dictionary_encode()
-    encoded = column.cast(DICTIONARY)
+    encoded = column.cast(pa.dictionary(pa.int32(), column.type.value_type))
     assert isinstance(encoded, pa.DictionaryArray)
     return encoded
 
@@ -90,8 +89,14 @@ def same_location_types(tables: Sequence[pa.Table]) -> list[pa.Table]:
     """``tables`` with each location column of one type in all of them, for a concatenation:
     where some hold it dictionary-encoded and some plain, the plain ones are encoded (the
     other way round would turn millions of indices back into strings)."""
+    return same_dictionary_types(tables, LOCATION_COLUMNS)
+
+
+def same_dictionary_types(tables: Sequence[pa.Table], names: Sequence[str]) -> list[pa.Table]:
+    """``tables`` with each column of ``names`` dictionary-encoded in all of them where any
+    holds it so, and left as it is where none does: the tables concatenate."""
     out = list(tables)
-    for name in LOCATION_COLUMNS:
+    for name in names:
         present = [t for t in out if name in t.column_names]
         kinds = {is_dictionary(t.column(name)) for t in present}
         if len(kinds) < 2:

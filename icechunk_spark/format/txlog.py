@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import FormatError
+from .locations import same_dictionary_types
 from .parquet import parquet_to_table, row_groups_to_parquet
 
 # pq.write_table's default: transaction logs keep the row groups they were written with.
@@ -104,7 +105,8 @@ def chunk_changes_of(node_ids: np.ndarray, coords: pa.Array | pa.ChunkedArray) -
 
 def encode_txlog(nodes: Iterable[NodeChange], chunks: Iterable[pa.Table]) -> bytes:
     node_list = [_node_entry(n) for n in nodes]
-    tables = _same_node_id_type([t for t in chunks if t.num_rows])
+    # chunk_changes' node_id is a dictionary; a few pending chunks' rows hold it plain.
+    tables = same_dictionary_types([t for t in chunks if t.num_rows], ("node_id",))
     table = pa.concat_tables(tables) if tables else CHUNK_CHANGES_SCHEMA.empty_table()
     table = table.replace_schema_metadata({"icechunk.nodes": json.dumps(node_list)})
     # In Parquet's default row groups, a dictionary node_id decoded one group at a time:
@@ -112,22 +114,6 @@ def encode_txlog(nodes: Iterable[NodeChange], chunks: Iterable[pa.Table]) -> byt
     return row_groups_to_parquet(
         table, TXLOG_ROW_GROUP_SIZE, use_dictionary=False, write_statistics=False
     )
-
-
-def _same_node_id_type(tables: list[pa.Table]) -> list[pa.Table]:
-    """Where some tables carry ``node_id`` as a dictionary (``chunk_changes``), the plain
-    ones (a few pending chunks' rows) are encoded too, so the tables concatenate."""
-    if len({pa.types.is_dictionary(t.schema.field("node_id").type) for t in tables}) < 2:
-        return tables
-    out = []
-    for table in tables:
-        ids = table.column("node_id")
-        if not pa.types.is_dictionary(ids.type):
-            encoded = ids.dictionary_encode().cast(pa.dictionary(pa.int32(), pa.uint64()))
-            field = table.schema.field("node_id").with_type(encoded.type)
-            table = table.set_column(0, field, encoded)
-        out.append(table)
-    return out
 
 
 def _node_entry(change: NodeChange) -> dict[str, object]:
