@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future, wait
 from dataclasses import replace
 
 import pyarrow as pa
@@ -18,7 +18,14 @@ import pyarrow.compute as pc
 from ..format.ids import new_object_id
 from ..format.keys import manifest_key
 from ..format.locations import same_location_types
-from ..format.manifest import conform_refs, encode_manifest, with_array_id
+from ..format.manifest import (
+    conform_refs,
+    encode_manifest,
+    encode_manifest_rows,
+    manifest_rows,
+    rows_as_decoded,
+    with_array_id,
+)
 from ..format.structure import ManifestRef
 from ..pools import bounded_map
 from ..progress import Progress, track
@@ -85,10 +92,10 @@ def write_packed_manifests(
             if kept[0]:  # blocks of whole arrays: a stable sort by array keeps coord order
                 table = table.take(pc.sort_indices(table, [("array_id", "ascending")]))
             # Arrays in id order, each sorted by coord (merge_refs): the manifest order.
-            data = encode_manifest(table, presorted=True)
+            rows = manifest_rows(table, presorted=True)
             key = manifest_key(manifest_id)
-            if deferred is None or not deferred.take(key, data):
-                storage.put(key, data)
+            if deferred is None or not deferred.take_manifest(manifest_id, key, rows):
+                storage.put(key, encode_manifest_rows(rows))
             written.append(key)
         return out
 
@@ -101,27 +108,52 @@ def write_packed_manifests(
 
 
 class DeferredPuts:
-    """Objects to write later, in one parallel round with others, up to ``budget`` bytes.
+    """Small objects of a build, each encoded and written on the pool once its table is ready,
+    all awaited together before the state file swap.
 
     A small commit writes a manifest, then the structure file and transaction log that name
-    it; nothing needs the manifest written before the state file swap, so writing all of them
-    at once saves a storage round trip (the latency that counts on object storage). The budget
-    bounds the memory held back for big commits, whose manifests are written as they come.
+    it; nothing needs the manifest written before the swap, so all of them are in flight at
+    once (one round trip, the latency that counts on object storage). Parquet encoding holds
+    no lock on the interpreter, so a manifest's encoding overlaps the building of the
+    structure table on the calling thread. ``budget`` (rows) bounds the tables of big
+    commits in flight; their manifests are written as they come. A manifest's rows are kept
+    as decoding reads them: the next commit on the branch rewrites it, and would otherwise
+    read back and decode what this one had in hand.
     """
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, storage: Storage, pool: Executor, budget: int) -> None:
+        self._storage = storage
+        self._pool = pool
         self._budget = budget
         self._lock = threading.Lock()
-        self.objects: list[tuple[str, bytes]] = []
+        self._writes: list[Future[None]] = []
+        self.tables: dict[str, pa.Table] = {}  # manifest id -> rows as decoding reads them
 
-    def take(self, key: str, data: bytes) -> bool:
-        """Hold ``data`` back for ``key``; ``False`` when it does not fit the budget."""
+    def take_manifest(self, manifest_id: str, key: str, rows: pa.Table) -> bool:
+        """Encode and write ``rows`` (``manifest_rows`` output) as ``key`` on the pool;
+        ``False`` (nothing done) when they do not fit the budget."""
         with self._lock:
-            if len(data) > self._budget:
+            if rows.num_rows > self._budget:
                 return False
-            self._budget -= len(data)
-            self.objects.append((key, data))
-            return True
+            self._budget -= rows.num_rows
+        self.tables[manifest_id] = rows_as_decoded(rows)
+        self.put(key, lambda: encode_manifest_rows(rows))
+        return True
+
+    def put(self, key: str, encode: Callable[[], bytes]) -> None:
+        """Write ``key`` with the bytes ``encode`` makes, on the pool."""
+        write = self._pool.submit(lambda: self._storage.put(key, encode()))
+        with self._lock:
+            self._writes.append(write)
+
+    def wait(self) -> None:
+        """Returns when every object is written; raises the first failure once all have
+        ended (so no write is still in flight when the caller cleans up)."""
+        with self._lock:
+            writes = list(self._writes)
+        wait(writes)
+        for write in writes:
+            write.result()
 
 
 class Carried:

@@ -52,6 +52,8 @@ class _Loads(Generic[K, V]):
         self._budget = budget
         self._weight = weight
         self._entries: OrderedDict[K, Future[V]] = OrderedDict()
+        self._weights: dict[K, int] = {}  # of loaded entries; their sum is kept in _total
+        self._total = 0
         self._lock = threading.Lock()
 
     def get(self, key: K, load: Callable[[], V]) -> V:
@@ -72,6 +74,7 @@ class _Loads(Generic[K, V]):
                 future.set_exception(exc)
                 raise
             future.set_result(value)
+            self._count(key, future, value)
             self._evict()
         return future.result()
 
@@ -87,15 +90,27 @@ class _Loads(Generic[K, V]):
             return None
         return future.result()
 
-    def _evict(self) -> None:
+    def _count(self, key: K, future: Future[V], value: V) -> None:
+        weight = self._weight(value)
         with self._lock:
-            total = 0
-            for key in reversed(list(self._entries)):
-                future = self._entries[key]
-                if future.done() and future.exception() is None:
-                    total += self._weight(future.result())
-                    if total > self._budget:
-                        del self._entries[key]
+            if self._entries.get(key) is future:
+                self._weights[key] = weight
+                self._total += weight
+
+    def _evict(self) -> None:
+        """Drop the least recently used loaded entries until the rest fit the budget (a
+        running total: every commit loads a few entries, and summing all of them each time
+        grew with the cache)."""
+        with self._lock:
+            if self._total <= self._budget:
+                return
+            for key in list(self._entries):
+                if self._total <= self._budget:
+                    break
+                weight = self._weights.pop(key, None)
+                if weight is not None:  # None: still loading
+                    del self._entries[key]
+                    self._total -= weight
 
 
 class ManifestCache:
@@ -121,10 +136,10 @@ class ManifestCache:
         """The whole manifest, decoded."""
         return self._tables.get(manifest_id, lambda: self._decode(manifest_id))
 
-    def remember(self, manifest_id: str, data: bytes) -> None:
-        """Keep the bytes of a manifest this process just wrote: the next commit on the branch
-        rewrites it, and would otherwise read back what it already had (a round trip)."""
-        self._files.get(manifest_id, lambda: ManifestFile(data, manifest_key(manifest_id)))
+    def remember(self, manifest_id: str, table: pa.Table) -> None:
+        """Keep a manifest this process just wrote, as ``get`` would decode it: the next commit
+        on the branch rewrites it, and would otherwise read back and decode what it had."""
+        self._tables.get(manifest_id, lambda: table)
 
     def is_cached(self, manifest_id: str) -> bool:
         """Whether the whole manifest is decoded (or being decoded) already."""

@@ -155,13 +155,24 @@ def encode_manifest(refs: pa.Table, presorted: bool = False) -> bytes:
     ``presorted``: the caller guarantees that order already (sorting a copy of millions of
     rows is the largest memory cost of a commit otherwise).
     """
+    return encode_manifest_rows(manifest_rows(refs, presorted))
+
+
+def manifest_rows(refs: pa.Table, presorted: bool = False) -> pa.Table:
+    """``refs`` as a manifest holds them: conformed, inline lengths filled in, sorted by array
+    then coord (``presorted``: already so). ``encode_manifest_rows`` writes them."""
     refs = with_inline_lengths(conform_refs(refs))
     if refs.num_rows > 1 and not presorted:
         refs = refs.sort_by([("array_id", "ascending"), ("coord", "ascending")])
+    return refs
+
+
+def encode_manifest_rows(rows: pa.Table) -> bytes:
+    """The manifest file of ``manifest_rows`` output."""
     # Row group by row group: dictionary-encoded location columns are decoded one group at a
     # time, so the file is the one plain strings make, and memory holds one group of them.
     return row_groups_to_parquet(
-        refs,
+        rows,
         row_group_size=ROW_GROUP_SIZE,
         sorting_columns=SORTING_COLUMNS,
         use_dictionary=["array_id", "chunk_id", "virtual_path", "checksum"],
@@ -171,6 +182,15 @@ def encode_manifest(refs: pa.Table, presorted: bool = False) -> bytes:
             "length": "BYTE_STREAM_SPLIT",  # random compressed sizes: 1.93 B/ref vs 1.99 delta
         },
     )
+
+
+def rows_as_decoded(rows: pa.Table) -> pa.Table:
+    """``manifest_rows`` output as ``decode_manifest`` reads its file back (location columns
+    as plain strings): a writer keeps what it wrote instead of decoding its own bytes."""
+    columns = [
+        c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in rows.columns
+    ]
+    return pa.Table.from_arrays(columns, names=rows.column_names)
 
 
 def decode_manifest(data: bytes, name: str) -> pa.Table:

@@ -222,6 +222,29 @@ def encode_structure(
     Returns the structure file, the new attribute file (``None`` when no document needed one) and
     the attribute refs assigned to nodes whose document went into it.
     """
+    tables = structure_tables(nodes, new_attrs_file, inline_limit)
+    attrs = None if tables.attributes is None else encode_attributes_table(tables.attributes)
+    return encode_structure_table(tables.structure), attrs, tables.assigned
+
+
+@dataclass(frozen=True, slots=True)
+class StructureTables:
+    """A snapshot's nodes as the tables of its structure file and attribute file (``None``
+    when no document needed one), and the attribute refs assigned to nodes whose document
+    went into the attribute file."""
+
+    structure: pa.Table
+    attributes: pa.Table | None
+    assigned: dict[int, AttrsRef]
+
+
+def structure_tables(
+    nodes: Iterable[Node],
+    new_attrs_file: str,
+    inline_limit: int = DEFAULT_INLINE_ZARR_JSON_LIMIT,
+) -> StructureTables:
+    """``encode_structure`` before the Parquet encoding, which a writer may hand to another
+    thread: it holds no lock on the interpreter, so it overlaps the writer's other work."""
     ordered = sorted(nodes, key=lambda n: n.path)
     attrs_rows: list[Node] = []
     assigned: dict[int, AttrsRef] = {}
@@ -234,14 +257,23 @@ def encode_structure(
             assigned[node.id] = ref
         rows.append(_structure_row(node, ref))
     table = pa.Table.from_pylist(rows, schema=STRUCTURE_SCHEMA)
-    attrs_bytes = None
+    attrs_table = None
     if attrs_rows:
         attrs_table = pa.table(
             {"node_id": [n.id for n in attrs_rows], "zarr_json": [n.zarr_json for n in attrs_rows]},
             schema=ATTRIBUTES_SCHEMA,
         )
-        attrs_bytes = table_to_parquet(attrs_table)
-    return small_table_to_parquet(table), attrs_bytes, assigned
+    return StructureTables(table, attrs_table, assigned)
+
+
+def encode_structure_table(table: pa.Table) -> bytes:
+    """The structure file of ``structure_tables(...).structure``."""
+    return small_table_to_parquet(table)
+
+
+def encode_attributes_table(table: pa.Table) -> bytes:
+    """The attribute file of ``structure_tables(...).attributes``."""
+    return table_to_parquet(table)
 
 
 def _fill_json(value: Any) -> str:
