@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future, wait
-from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -182,9 +181,11 @@ class Carried:
             table = self._table(source)
             wanted = pa.array(ids, pa.uint64())
             tables.append(table.filter(pc.is_in(table.column("array_id"), wanted)))
+        # Built directly, not with dataclasses.replace: ~10 us each, for every array carried.
         refs = [
-            (i, replace(self._refs[i], manifest_id=manifest_id, set_name=set_name))
+            (i, ManifestRef(manifest_id, old.extent, old.ref_count, set_name))
             for ids in by_source.values()
             for i in ids
+            for old in (self._refs[i],)
         ]
         return tables, refs

@@ -114,9 +114,10 @@ def publish_state(storage: Storage, state: State) -> bool:
     if not _create_exactly(storage, state_key(state.generation), data):
         return False
     # The commit happened above; the hint is best effort (a newer one may already be there, and
-    # readers probe forward from any generation), so its failure must not undo the commit.
+    # readers probe forward from any generation), so its failure must not undo the commit,
+    # nor need it survive a crash (read_hint takes an empty or torn one as missing).
     with contextlib.suppress(StorageError):
-        storage.put(HINT_KEY, data)
+        storage.put_best_effort(HINT_KEY, data)
     return True
 
 

@@ -32,9 +32,8 @@ def is_dictionary(column: Column) -> bool:
 def conform_location(column: Column, value_type: pa.DataType) -> Column:
     """``column`` cast to ``value_type``, or to a dictionary of it (int32 indices) when it
     comes dictionary-encoded: casting it to plain strings is the copy this module avoids."""
-    if is_dictionary(column):
-        return column.cast(pa.dictionary(pa.int32(), value_type))
-    return column.cast(value_type)
+    wanted = pa.dictionary(pa.int32(), value_type) if is_dictionary(column) else value_type
+    return column if column.type == wanted else column.cast(wanted)
 
 
 def as_dictionary(column: Column) -> pa.DictionaryArray:

@@ -72,7 +72,8 @@ def conform_refs(table: pa.Table) -> pa.Table:
         if f.name in LOCATION_COLUMNS and f.name in table.column_names:
             columns.append(conform_location(table.column(f.name), f.type))
         elif f.name in table.column_names:
-            columns.append(table.column(f.name).cast(f.type))
+            column = table.column(f.name)
+            columns.append(column if column.type == f.type else column.cast(f.type))
         else:
             columns.append(null_column(n, f.type))
     extra = [c for c in table.column_names if c not in REF_SCHEMA.names]

@@ -53,6 +53,12 @@ class Storage(ABC):
     def put(self, key: str, data: bytes) -> None:
         """Write (or replace) an object."""
 
+    def put_best_effort(self, key: str, data: bytes) -> None:
+        """Write (or replace) an object whose readers take it stale, torn or missing without
+        harm (the state hint, ``icechunk.json``): a backend may skip what makes ``put``
+        durable across a crash. Replacing is still atomic for concurrent readers."""
+        self.put(key, data)
+
     @abstractmethod
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Atomically create an object; ``False`` (nothing written) when it exists already."""

@@ -116,3 +116,23 @@ def test_gc_deletes_state_files_one_at_a_time_oldest_first(faulty):
     generations = [int(keys[0][len(STATE_PREFIX) :]) for keys in state_deletes]
     assert generations == sorted(generations) and len(generations) == summary.state_files_deleted
     assert _state_files(faulty) == list(range(generations[-1] + 1, repo.state().generation + 1))
+
+
+def test_a_hint_a_crash_left_empty_or_torn_is_read_as_missing(faulty):
+    # Local storage writes the hint without fsync (Storage.put_best_effort): after a power
+    # loss it may be empty or hold part of its bytes. Readers must find the latest state all
+    # the same, and the next commit must land on the next generation.
+    repo = create(faulty)
+    session = repo.writable_session()
+    session.create_array("/a", shape=(8,), chunk_shape=(1,), dtype="uint8")
+    session.commit("create /a")
+    landed = [_commit(repo, 0)]
+    whole = faulty.inner.get(HINT_KEY)
+    for coord, damaged in enumerate((b"", whole[: len(whole) // 2]), start=1):
+        faulty.inner.put(HINT_KEY, damaged)
+        fresh = Repository.open(faulty.inner)
+        assert fresh.lookup_branch("main") == landed[-1]
+        landed.append(_commit(fresh, coord))
+        assert [s.id for s in fresh.ancestry(branch="main")][: coord + 1] == landed[::-1]
+    reader = Repository.open(faulty.inner).readonly_session()
+    assert [reader.get_chunk("/a", (i,)) for i in range(3)] == [bytes([i]) for i in range(3)]
