@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from ..errors import InvalidInputError
 from ..format.coords import coord_keys, keys_to_coords
-from ..format.manifest import REF_SCHEMA, conform_refs, with_array_id
+from ..format.manifest import CONFORMED_REF_SCHEMA, conform_refs, with_array_id
 from ..format.merge import merge_refs
 from ..format.structure import Node
 from .snapshot import ChunkRef, row_ref
@@ -152,7 +152,8 @@ def pending_table(pending: dict[bytes, Pending]) -> pa.Table:
 
 
 def refs_table(coords: list[bytes], refs: list[Pending], array_ids: np.ndarray) -> pa.Table:
-    """Ref rows (``REF_SCHEMA``) of pending refs, ``None`` ones as tombstones."""
+    """Ref rows of pending refs, ``None`` ones as tombstones, conformed (``conform_refs``
+    gives them back as they are)."""
     return pa.table(
         {
             "array_id": pa.array(array_ids),
@@ -168,7 +169,7 @@ def refs_table(coords: list[bytes], refs: list[Pending], array_ids: np.ndarray) 
             ),
             "checksum": pa.array([r.checksum if r else None for r in refs], pa.string()),
         },
-        schema=REF_SCHEMA,
+        schema=CONFORMED_REF_SCHEMA,
     )
 
 

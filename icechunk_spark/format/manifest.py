@@ -60,12 +60,20 @@ def empty_refs() -> pa.Table:
     return REF_SCHEMA.empty_table()
 
 
+# The ref columns of a conformed table: REF_SCHEMA's, nullable as Table.from_arrays makes them.
+_CONFORMED_FIELDS = [pa.field(f.name, f.type) for f in REF_FIELDS]
+CONFORMED_REF_SCHEMA = pa.schema(_CONFORMED_FIELDS)
+
+
 def conform_refs(table: pa.Table) -> pa.Table:
     """Add missing optional columns as nulls and order/cast columns to ``REF_SCHEMA``.
 
     Extra columns (chunk statistics) are kept after the ref columns. A location column that
-    comes dictionary-encoded stays so (``format.locations``).
+    comes dictionary-encoded stays so (``format.locations``). A table conformed already is
+    returned as it is (a small commit conforms the same few rows several times).
     """
+    if _is_conformed(table.schema):
+        return table
     n = table.num_rows
     columns = []
     for f in REF_FIELDS:
@@ -80,6 +88,15 @@ def conform_refs(table: pa.Table) -> pa.Table:
     names = [*REF_SCHEMA.names, *extra]
     arrays = [*columns, *(table.column(c) for c in extra)]
     return pa.Table.from_arrays(arrays, names=names)
+
+
+def _is_conformed(schema: pa.Schema) -> bool:
+    """Whether ``conform_refs`` would give a table of this schema back unchanged."""
+    if schema.metadata or len(schema) < len(_CONFORMED_FIELDS):
+        return False
+    return all(schema.field(i).equals(f) for i, f in enumerate(_CONFORMED_FIELDS)) and not any(
+        schema.field(i).metadata for i in range(len(schema))
+    )
 
 
 def null_column(rows: int, kind: pa.DataType) -> pa.Array:
