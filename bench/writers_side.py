@@ -108,7 +108,13 @@ def main() -> None:
     Path(f"{args.go}.ready-{args.worker}").touch()
     while not Path(args.go).exists():
         time.sleep(0.001)
-    out: dict[str, Any] = {"ids": [], "latency_s": [], "rebased": [], "gave_up": None}
+    out: dict[str, Any] = {
+        "ids": [],
+        "latency_s": [],
+        "landed_at": [],
+        "rebased": [],
+        "gave_up": None,
+    }
     try:
         for k in range(args.commits):
             t0 = time.perf_counter()
@@ -119,11 +125,18 @@ def main() -> None:
             array[chunk * 10 : (chunk + 1) * 10] = np.full(10, chunk + 1, dtype="int32")
             landed = commit(args.system, session, f"worker {args.worker} commit {k}")
             out["latency_s"].append(time.perf_counter() - t0)
+            out["landed_at"].append(time.time())
             out["ids"].append(landed)
             out["rebased"].append(str(parent_of(repo, landed)) != base)
     except Exception as exc:  # a writer that gave up: the table says so
         out["gave_up"] = f"{type(exc).__name__}: {exc}"[:300]
-    print(json.dumps(out))
+    print(json.dumps(out), flush=True)
+    # Stay alive until every writer has printed: exiting now would take CPU from the others'
+    # commits (the orchestrator creates the file, or gives up on us).
+    done = Path(f"{args.go}.done")
+    deadline = time.monotonic() + 3600
+    while not done.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 if __name__ == "__main__":

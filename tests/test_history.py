@@ -18,6 +18,7 @@ from icechunk_spark import (
     NotFoundError,
     Repository,
 )
+from icechunk_spark.core.waiters import WAITERS_PREFIX
 from icechunk_spark.ops.gc import GCSummary
 from icechunk_spark.ops.history import diff, utc_ms
 from icechunk_spark.storage import Storage
@@ -384,7 +385,7 @@ def test_a_commit_landing_while_gc_runs_keeps_its_objects(backend):
 
     def list_then_commit(prefix: str) -> Any:
         # GC lists objects after reading the state (and writing its fence): commit now.
-        if not landed and not prefix.startswith("t/"):
+        if not landed and not prefix.startswith(("t/", WAITERS_PREFIX)):
             landed.append(writer.commit("during gc"))
         return real_list(prefix)
 

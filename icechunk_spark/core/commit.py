@@ -17,6 +17,10 @@
 3. **Publish**: create state file ``t/<g+1>`` with put-if-absent (``refs.publish_state``), the
    commit point. Losing that race means another writer took generation ``g+1``: back to 2.
 
+A commit that loses a round (the branch moved, or the race) waits its turn among the writers
+on the branch, oldest first, before it rebases (``waiters``): advisory markers that decide
+when it attempts, never what lands.
+
 A failure anywhere leaves the repository at its previous snapshot; objects written before it
 are orphans that garbage collection removes. How a commit is made besides its changes
 (message, metadata, conflict policy, once-marks, progress, piece runner) is one value,
@@ -36,7 +40,6 @@ from ..chunks.stats import StatsLog
 from ..errors import (
     AlreadyCommittedError,
     CommitStateUnknownError,
-    Conflict,
     ConflictError,
     InvalidInputError,
     NotFoundError,
@@ -55,11 +58,13 @@ from .config import RepositoryConfig
 from .conflicts import ConflictPolicy, OnConflict, Theirs, find_conflicts, resolve
 from .flush import BuiltSnapshot, build_snapshot
 from .overlay import current_nodes
+from .rebase_path import snapshots_since_base
 from .refs import ensure_writable, publish_state, read_latest_state
 from .requirements import AssertNoGCSince, AssertNotCommitted, AssertRefSnapshotId
 from .rewrite import check_amendable, merged_txlog, replacement, rewritten
 from .snapshot import SnapshotView
 from .staged_writes import PieceRunner
+from .waiters import TurnTaking
 
 if TYPE_CHECKING:
     from .handle import RepoHandle
@@ -175,11 +180,23 @@ class Commit:
             RetriesExhaustedError: the branch kept moving (or races kept being lost).
             AlreadyCommittedError: the branch holds a snapshot with our ``once`` marks.
         """
-        storage, policy = self._handle.storage, self._options.policy
+        storage = self._handle.storage
         if self._options.amend:  # refused before anything is written
             check_amendable(read_latest_state(storage), self._branch, self.base.snapshot_id)
-        built = self._build()
+        turns = TurnTaking(storage, self._branch)
+        turns.look_ahead(self._handle.pool)
+        try:
+            built = self._build()
+            return self._land(built, turns)
+        finally:
+            turns.leave()
+
+    def _land(self, built: BuiltSnapshot, turns: TurnTaking) -> Committed:
+        """Check, publish, and rebase and retry while the branch moves: ``run``'s loop. After
+        a lost round the commit waits its turn among the branch's waiters (``waiters``)."""
+        storage, policy = self._handle.storage, self._options.policy
         rebases = lost_races = 0
+        in_turn = turns.take_turn(lost=False, when_next=self._catch_up)
         while rebases < MAX_REBASES and lost_races < MAX_LOST_RACES:
             state = read_latest_state(storage)
             ensure_writable(state, storage.url)
@@ -196,9 +213,18 @@ class Commit:
             if not AssertRefSnapshotId(self._branch, self.base.snapshot_id).holds(state):
                 if self._options.amend:
                     check_amendable(state, self._branch, self.base.snapshot_id)  # raises
+                if not turns.queued:  # lost a round: queue, and rebase once it is our turn
+                    in_turn = turns.take_turn(lost=True, when_next=self._catch_up)
+                    continue
                 self._rebase(state, policy)
-                REBASE_BACKOFF.sleep(rebases)  # many writers on one branch: each gets a turn
+                if not in_turn:  # no turn taken (waited too long): take turns by backoff
+                    REBASE_BACKOFF.sleep(rebases)
                 rebases += 1
+                built = self._build()
+                continue
+            if built.base_id != self.base.snapshot_id:
+                # Rebased while waiting in line (_catch_up): a snapshot built on the old base
+                # lacks what landed since, and must never be published.
                 built = self._build()
                 continue
             proposed = self._next_state(state, built)
@@ -207,8 +233,10 @@ class Commit:
                     return Committed(built, proposed)
             except CommitStateUnknownError as unknown:
                 raise CommitStateUnknownError(built.snapshot_id, unknown.reason) from unknown
-            CAS_BACKOFF.sleep(lost_races)  # another writer took the generation: read again
-            lost_races += 1
+            lost_races += 1  # another writer took the generation
+            in_turn = turns.take_turn(lost=True, when_next=self._catch_up)
+            if not in_turn:
+                CAS_BACKOFF.sleep(lost_races)
         raise RetriesExhaustedError(
             f"gave up committing to {self._branch!r} after {rebases} rebases onto concurrent "
             f"commits and {lost_races} lost races; the branch is too busy, retry later"
@@ -286,13 +314,22 @@ class Commit:
         )
 
     # -- rebase ---------------------------------------------------------------------------
+    def _catch_up(self) -> None:
+        """Next in line: rebase onto the branch tip while the head lands, so at our turn only
+        the commits landed since remain to check (a writer queued behind thirty others would
+        otherwise read thirty transaction logs while every other writer waits)."""
+        state = read_latest_state(self._handle.storage)
+        if not AssertRefSnapshotId(self._branch, self.base.snapshot_id).holds(state):
+            self._rebase(state, self._options.policy)
+
     def _rebase(self, state: State, policy: ConflictPolicy) -> None:
         """Move ``base`` to the branch tip, or raise ``ConflictError`` if our changes overlap
         what was committed since (after ``policy`` resolved what it can)."""
         tip = state.branch(self._branch).snapshot_id
         storage = self._handle.storage
         # Read side by side: on object storage a rebase over k commits is one round trip, not k.
-        keys = [txlog_key(s) for s in self._snapshots_since_base(state, tip)]
+        since = snapshots_since_base(state, self._branch, tip, self.base.snapshot_id)
+        keys = [txlog_key(s) for s in since]
         logs = list(self._handle.pool.map(lambda key: decode_txlog(storage.get(key), key), keys))
         tip_view = self._handle.snapshot_view(tip, state)
         with self._changes.lock:
@@ -307,41 +344,6 @@ class Commit:
             if left:
                 raise ConflictError(left, self._branch)
         self.base = tip_view
-
-    def _snapshots_since_base(self, state: State, tip: str) -> list[str]:
-        """The snapshots from ``tip`` down to our base (excluded): all we must rebase over.
-
-        Raises:
-            ConflictError: the branch does not descend from our base (it was reset elsewhere,
-                or our base was expired), or the way down crosses a parent link that expiry
-                re-linked, whose skipped snapshots' changes cannot be checked.
-        """
-        base = self.base.snapshot_id
-        path: list[str] = []
-        relinked: str | None = None
-        cursor: str | None = tip if base in state.snapshots else None
-        while cursor is not None and cursor != base:
-            info = state.snapshots.get(cursor)
-            if info is None:
-                cursor = None
-                break
-            if info.parent_relinked and relinked is None:
-                relinked = cursor
-            path.append(cursor)
-            cursor = info.parent_id
-        if cursor is None:
-            reason = (
-                "branch was reset to a snapshot that does not descend from ours, or this "
-                "session's base was expired"
-            )
-            raise ConflictError([Conflict(self._branch, reason)], self._branch)
-        if relinked is not None:
-            reason = (
-                f"snapshots committed since this session's base were expired (below "
-                f"{relinked}), so their changes cannot be checked"
-            )
-            raise ConflictError([Conflict(self._branch, reason)], self._branch)
-        return path
 
     # -- garbage collection -----------------------------------------------------------------
     def _protect_from_gc(self, state: State) -> None:

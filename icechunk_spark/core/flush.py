@@ -57,6 +57,7 @@ class BuiltSnapshot:
     structure_id: str
     nodes: Mapping[str, Node]
     written: tuple[str, ...]  # every key written, so an abandoned build can be cleaned up
+    base_id: str  # the snapshot it was built on: publishable only as that one's child
 
 
 def build_snapshot(
@@ -156,7 +157,7 @@ def build_snapshot(
     for manifest_id, table in deferred.tables.items():
         base.manifest_cache.remember(manifest_id, table)
     written.extend(objects)  # manifests are listed already
-    return BuiltSnapshot(snapshot_id, structure_id, final, tuple(written))
+    return BuiltSnapshot(snapshot_id, structure_id, final, tuple(written), base.snapshot_id)
 
 
 def _modified_arrays(

@@ -46,6 +46,7 @@ def commit_and_die_at(url: str, options: dict[str, Any], key_prefix: str) -> Non
     repo = Repository.open(url, storage_options=options)
     storage = repo.storage
     real_put, real_put_if_absent = storage.put, storage.put_if_absent
+    real_put_best_effort = storage.put_best_effort
 
     def die_if_reached(key: str) -> None:
         if key.startswith(key_prefix):
@@ -59,8 +60,13 @@ def commit_and_die_at(url: str, options: dict[str, Any], key_prefix: str) -> Non
         die_if_reached(key)
         return real_put_if_absent(key, data)
 
+    def put_best_effort(key: str, data: bytes) -> None:  # the hint, on local storage
+        die_if_reached(key)
+        real_put_best_effort(key, data)
+
     storage.put = put  # type: ignore[method-assign]
     storage.put_if_absent = put_if_absent  # type: ignore[method-assign]
+    storage.put_best_effort = put_best_effort  # type: ignore[method-assign]
     session = repo.writable_session("main")
     session.set_chunk("/a", (0,), b"new" * 100)  # a chunk file, written before the commit
     session.set_chunk("/a", (1,), b"n")
