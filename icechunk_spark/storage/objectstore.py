@@ -115,6 +115,12 @@ class ObjectStorage(Storage):
         # Object stores list by string prefix; fsspec takes it as a folder plus the start of a
         # name in it.
         folder, _, stem = prefix.rpartition("/")
+        if folder and not stem:
+            # A folder ("c/") is listed from its parent with its name as the stem: fsspec
+            # answers an empty folder listed as a path with two more requests (a HEAD of the
+            # path, a listing of its parent), where a prefix listing is one request.
+            folder, _, name = folder.rpartition("/")
+            stem = f"{name}/"
         base = self._path(folder) if folder else self.prefix
         missing = "" if self.empty_listing_404 else None
         try:
