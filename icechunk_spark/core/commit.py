@@ -184,7 +184,6 @@ class Commit:
         if self._options.amend:  # refused before anything is written
             check_amendable(read_latest_state(storage), self._branch, self.base.snapshot_id)
         turns = TurnTaking(storage, self._branch)
-        turns.look_ahead(self._handle.pool)
         try:
             built = self._build()
             return self._land(built, turns)
@@ -196,9 +195,15 @@ class Commit:
         a lost round the commit waits its turn among the branch's waiters (``waiters``)."""
         storage, policy = self._handle.storage, self._options.policy
         rebases = lost_races = 0
+        # The first look at the waiters goes side by side with the first read of the state:
+        # an uncontended commit on object storage waits for no round trip of its own.
+        turns.look_ahead(self._handle.pool)
+        first: State | None = read_latest_state(storage)
         in_turn = turns.take_turn(lost=False, when_next=self._catch_up)
+        if turns.queued:
+            first = None  # it waited in line: the branch moved on
         while rebases < MAX_REBASES and lost_races < MAX_LOST_RACES:
-            state = read_latest_state(storage)
+            state, first = first or read_latest_state(storage), None
             ensure_writable(state, storage.url)
             # Checked on the state the compare-and-swap replaces: a duplicate published after
             # this read takes that generation, so we read again and see it here.
