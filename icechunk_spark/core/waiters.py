@@ -3,7 +3,7 @@
 Through the compare-and-swap alone, many writers on one branch are served unfairly: after a
 landing, whoever rebuilds first wins, and a writer that just landed builds its next commit at
 once while those that lost sleep in backoff. Writers then finish one after another and the
-last one waits for all of them (bench/bench_writers.py, 32 writers x 4 commits: p99 9.8 s).
+last one waits for all of them (bench/bench_writers.py, 32 writers x 4 commits: p99 10.7 s).
 
 So a writer that loses a round (the branch moved under it, or another took the generation)
 puts a marker ``staging/waiters/<branch>/<since>-<id>`` and from then on attempts only when
@@ -102,7 +102,8 @@ class TurnTaking:
 
     def look_ahead(self, pool: Executor) -> None:
         """List the markers on ``pool`` now, for the first ``take_turn``: a commit lists them
-        while it builds, so an uncontended commit waits for no extra round trip."""
+        beside its first read of the state, so an uncontended commit waits for no extra
+        round trip."""
         self._first_look = pool.submit(self._list)
 
     def take_turn(self, lost: bool, when_next: Callable[[], None] | None = None) -> bool:
