@@ -14,7 +14,7 @@ import pytest
 from icechunk_spark import Repository
 from icechunk_spark.core import waiters
 from icechunk_spark.core.waiters import TurnTaking, waiters_prefix
-from icechunk_spark.errors import ConflictError
+from icechunk_spark.errors import ConflictError, RewriteRefusedError
 from icechunk_spark.storage import Storage, open_storage
 from tests.support.counting import CountingStorage
 
@@ -241,3 +241,35 @@ def test_an_uncontended_commit_lists_the_markers_once_and_puts_none(tmp_path: Pa
     _commit(repo, 1, 1)
     assert storage.lists.count(MAIN) == 1
     assert storage.puts["staging"] == 0
+
+
+def test_an_amend_queued_in_line_never_catches_up_onto_another_writers_commit(
+    tmp_path: Path,
+) -> None:
+    # An amend replaces its session's base and never rebases. Waiting in line, it must not
+    # move onto a commit landing meanwhile: it would replace that writer's snapshot.
+    storage = CountingStorage(open_storage(tmp_path.as_uri()))
+    repo = _repository(storage)
+    _commit(repo, 0, 1)
+    head = TurnTaking(storage, "main")
+    head.take_turn(lost=True)
+    session = repo.writable_session()
+    session.set_chunk("/a", (0,), b"\2")
+    errors: list[BaseException] = []
+
+    def amend() -> None:
+        try:
+            session.amend("amended")
+        except BaseException as exc:  # the test looks at it below
+            errors.append(exc)
+
+    writer = threading.Thread(target=amend)
+    writer.start()
+    _wait_for(lambda: len(_markers(storage)) == 2, "the amend queued behind the head")
+    other = _commit(Repository.open(QueueBlind(storage.inner)), 2, 2)
+    time.sleep(0.3)  # next in line: a catch-up, were there one, would have run by now
+    head.leave()
+    writer.join(30)
+    assert errors and isinstance(errors[0], RewriteRefusedError), errors
+    assert repo.lookup_branch("main") == other
+    assert repo.readonly_session().get_chunk("/a", (2,)) == b"\2"

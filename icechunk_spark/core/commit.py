@@ -197,9 +197,12 @@ class Commit:
         rebases = lost_races = 0
         # The first look at the waiters goes side by side with the first read of the state:
         # an uncontended commit on object storage waits for no round trip of its own.
+        # An amend never rebases: waiting in line it must not move onto a commit landing
+        # meanwhile (it would replace that one); at its turn check_amendable refuses.
+        catch_up = None if self._options.amend else self._catch_up
         turns.look_ahead(self._handle.pool)
         first: State | None = read_latest_state(storage)
-        in_turn = turns.take_turn(lost=False, when_next=self._catch_up)
+        in_turn = turns.take_turn(lost=False, when_next=catch_up)
         if turns.queued:
             first = None  # it waited in line: the branch moved on
         while rebases < MAX_REBASES and lost_races < MAX_LOST_RACES:
@@ -219,7 +222,7 @@ class Commit:
                 if self._options.amend:
                     check_amendable(state, self._branch, self.base.snapshot_id)  # raises
                 if not turns.queued:  # lost a round: queue, and rebase once it is our turn
-                    in_turn = turns.take_turn(lost=True, when_next=self._catch_up)
+                    in_turn = turns.take_turn(lost=True, when_next=catch_up)
                     continue
                 self._rebase(state, policy)
                 if not in_turn:  # no turn taken (waited too long): take turns by backoff
@@ -239,7 +242,7 @@ class Commit:
             except CommitStateUnknownError as unknown:
                 raise CommitStateUnknownError(built.snapshot_id, unknown.reason) from unknown
             lost_races += 1  # another writer took the generation
-            in_turn = turns.take_turn(lost=True, when_next=self._catch_up)
+            in_turn = turns.take_turn(lost=True, when_next=catch_up)
             if not in_turn:
                 CAS_BACKOFF.sleep(lost_races)
         raise RetriesExhaustedError(
