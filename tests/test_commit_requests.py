@@ -6,7 +6,10 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
+
 from icechunk_spark import Repository
+from icechunk_spark.core import manifest_writes
 from icechunk_spark.storage import Storage, open_storage
 from tests.support.counting import CountingStorage
 
@@ -91,3 +94,20 @@ def test_a_rebase_reads_the_logs_it_rebases_over_in_one_round(tmp_path: Path) ->
     reader = repo.readonly_session()
     assert [reader.get_chunk("/a", (v,)) for v in (1, 2, 3)] == [b"\1", b"\2", b"\3"]
     assert reader.get_chunk("/b", (9,)) == b"\x09"
+
+
+def test_only_small_manifests_are_kept_decoded_for_the_next_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A big import's manifests would hold tens of MB of decoded strings in the cache.
+    storage = CountingStorage(open_storage(tmp_path.as_uri()))
+    repo = _repository(storage)  # a manifest of two refs
+    monkeypatch.setattr(manifest_writes, "REMEMBERED_ROWS", 2)
+    session = repo.writable_session()
+    session.set_chunk("/a", (1,), b"\1")  # now three refs: over the limit, not kept
+    session.commit("three refs")
+    session = repo.writable_session()
+    session.set_chunk("/a", (2,), b"\2")
+    storage.reset()
+    session.commit("four refs")
+    assert storage.gets["m"] == 1  # read back: it was not kept

@@ -106,6 +106,11 @@ def write_packed_manifests(
     return result
 
 
+# A manifest up to this many rows is kept decoded for the next commit: a small commit's, not
+# a big import's (its decoded strings would stay in the cache, tens of MB a manifest).
+REMEMBERED_ROWS = 1 << 16
+
+
 class DeferredPuts:
     """Small objects of a build, each encoded and written on the pool once its table is ready,
     all awaited together before the state file swap.
@@ -115,9 +120,9 @@ class DeferredPuts:
     once (one round trip, the latency that counts on object storage). Parquet encoding holds
     no lock on the interpreter, so a manifest's encoding overlaps the building of the
     structure table on the calling thread. ``budget`` (rows) bounds the tables of big
-    commits in flight; their manifests are written as they come. A manifest's rows are kept
-    as decoding reads them: the next commit on the branch rewrites it, and would otherwise
-    read back and decode what this one had in hand.
+    commits in flight; their manifests are written as they come. A small manifest's rows are
+    kept as decoding reads them: the next commit on the branch rewrites it, and would
+    otherwise read back and decode what this one had in hand.
     """
 
     def __init__(self, storage: Storage, pool: Executor, budget: int) -> None:
@@ -135,7 +140,8 @@ class DeferredPuts:
             if rows.num_rows > self._budget:
                 return False
             self._budget -= rows.num_rows
-        self.tables[manifest_id] = rows_as_decoded(rows)
+        if rows.num_rows <= REMEMBERED_ROWS:
+            self.tables[manifest_id] = rows_as_decoded(rows)
         self.put(key, lambda: encode_manifest_rows(rows))
         return True
 
