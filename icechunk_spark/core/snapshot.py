@@ -15,8 +15,10 @@ import pyarrow as pa
 from ..errors import NotFoundError
 from ..format.coords import coord_keys
 from ..format.keys import attributes_key, manifest_key, structure_key
-from ..format.manifest import ManifestFile, decode_manifest, refs_of_array
-from ..format.structure import ManifestRef, Node, decode_attributes, decode_structure, node_from_row
+from ..format.manifest import decode_manifest, refs_of_array
+from ..format.manifest_file import ManifestFile
+from ..format.structure import ManifestRef, Node
+from ..format.structure_decode import decode_attributes, decode_structure, node_from_row
 from ..storage import Storage
 
 RefKind = Literal["inline", "native", "virtual"]

@@ -76,7 +76,7 @@ from ..format.keys import (
 )
 from ..format.parquet import read_parquet_bytes
 from ..format.state import GCFence, SnapshotInfo, State
-from ..format.structure import StructureRow, decode_structure
+from ..format.structure_decode import StructureRow, decode_structure
 from ..progress import Progress, track
 from ..storage import ObjectInfo, Storage
 from .history import utc_ms

@@ -23,7 +23,8 @@ import pyarrow.compute as pc
 
 from ..errors import InvalidInputError
 from ..format.keys import manifest_key
-from ..format.manifest import ColumnBounds, ManifestFile, refs_of_array, with_inline_lengths
+from ..format.manifest import refs_of_array, with_inline_lengths
+from ..format.manifest_file import ColumnBounds, ManifestFile
 from ..format.structure import Node
 from ..storage import Storage
 from ..storage.ranged import object_size, open_parquet

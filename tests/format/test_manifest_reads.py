@@ -10,12 +10,12 @@ import pytest
 from icechunk_spark.format import manifest as manifest_format
 from icechunk_spark.format.coords import encode_coord, encode_coords
 from icechunk_spark.format.manifest import (
-    ManifestFile,
     conform_refs,
     decode_manifest,
     encode_manifest,
     refs_of_array,
 )
+from icechunk_spark.format.manifest_file import ManifestFile
 from icechunk_spark.format.parquet import table_to_parquet
 
 

@@ -15,6 +15,7 @@ import pytest
 from icechunk_spark import HistoryExpiredError, InvalidInputError, Repository
 from icechunk_spark.chunks.codec import ChunkCodec
 from icechunk_spark.format import manifest as manifest_format
+from icechunk_spark.format import manifest_file
 from icechunk_spark.format.structure import ManifestRef
 from icechunk_spark.spark import scan, tables
 from icechunk_spark.spark.options import parse_value, read_target, repo_options
@@ -205,13 +206,13 @@ def _recording_reads(
 ) -> list[tuple[tuple[int, ...], tuple[str, ...]]]:
     """Every ``ManifestFile.read_groups`` call: (row groups, columns)."""
     calls: list[tuple[tuple[int, ...], tuple[str, ...]]] = []
-    original = manifest_format.ManifestFile.read_groups
+    original = manifest_file.ManifestFile.read_groups
 
     def read_groups(self: Any, groups: Any, columns: Any = None) -> pa.Table:
         calls.append((tuple(groups), tuple(columns or ())))
         return original(self, groups, columns)
 
-    monkeypatch.setattr(manifest_format.ManifestFile, "read_groups", read_groups)
+    monkeypatch.setattr(manifest_file.ManifestFile, "read_groups", read_groups)
     return calls
 
 
@@ -308,16 +309,16 @@ def test_row_groups_of_other_arrays_and_ruled_out_statistics_are_skipped(
 
 
 def test_stat_bounds_decide_only_when_statistics_allow() -> None:
-    bounds = manifest_format.ColumnBounds(10.0, 20.0, 0)
+    bounds = manifest_file.ColumnBounds(10.0, 20.0, 0)
     assert scan.StatBound("stat_max", ">", 19.0).may_match(bounds, 5)
     assert not scan.StatBound("stat_max", ">", 20.0).may_match(bounds, 5)
     assert scan.StatBound("stat_max", ">=", 20.0).may_match(bounds, 5)
     assert not scan.StatBound("stat_min", "<", 10.0).may_match(bounds, 5)
     assert not scan.StatBound("stat_min", "=", 21.0).may_match(bounds, 5)
     assert scan.StatBound("stat_min", "=", 15.0).may_match(bounds, 5)
-    unknown = manifest_format.ColumnBounds(None, None, None)
+    unknown = manifest_file.ColumnBounds(None, None, None)
     assert scan.StatBound("stat_max", ">", 1e9).may_match(unknown, 5)
-    only_nulls = manifest_format.ColumnBounds(None, None, 5)
+    only_nulls = manifest_file.ColumnBounds(None, None, 5)
     assert not scan.StatBound("stat_max", "<", 1e9).may_match(only_nulls, 5)
 
 
