@@ -11,18 +11,16 @@ then the current bytes are returned.
 **Coalescing**: ``VirtualReader.read_many`` groups requests by file, merges ranges whose gap
 is at most ``CoalesceSettings.max_gap_bytes`` into one ranged request (up to
 ``max_request_bytes``), and fetches the merged ranges with bounded concurrency. Single
-``read`` calls that arrive from several threads within ``batch_window_seconds`` (2 ms) are
-served as one batch, so zarr's concurrent per-chunk reads coalesce too; a read with no other
-read in flight (a sequential reader) does not wait.
+``read`` calls that arrive together are served as one batch (``read_batches``, within
+``batch_window_seconds``, 2 ms), so zarr's concurrent per-chunk reads coalesce too; a read
+with no other read in flight (a sequential reader) does not wait.
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +34,7 @@ from ..errors import (
     VirtualRefRefusedError,
 )
 from .containers import Authorization, check_real_path, normalize_prefix, resolve_url
+from .read_batches import ReadBatches, unwrap
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +93,7 @@ class VirtualReader:
         self.settings = settings or CoalesceSettings()
         self._filesystems: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
-        self._batch: list[tuple[VirtualRequest, Future[bytes]]] | None = None
-        self._batch_lock = threading.Lock()
-        self._inflight = 0  # single reads in progress (to tell sequential from concurrent)
+        self._batches = ReadBatches(self._execute, self.settings.batch_window_seconds)
         self._pool: ThreadPoolExecutor | None = None
 
     # -- public API -----------------------------------------------------------------------
@@ -109,70 +106,24 @@ class VirtualReader:
             NotFoundError: the target does not exist.
             StorageError: the read failed.
         """
-        request = VirtualRequest(url, int(offset), int(length), checksum)
-        if self.settings.batch_window_seconds <= 0:
-            return _unwrap(self._execute([request])[0])
-        future: Future[bytes] = Future()
-        with self._batch_lock:
-            self._inflight += 1
-            # A reader with no company (sequential reads) goes straight ahead: the window
-            # only pays off when other reads are in flight to share requests with.
-            alone = self._inflight == 1 and self._batch is None
-            leader = not alone and self._batch is None
-            if leader:
-                self._batch = []
-            if self._batch is not None and not alone:
-                self._batch.append((request, future))
-        try:
-            if alone:
-                return _unwrap(self._execute([request])[0])
-            if leader:
-                time.sleep(self.settings.batch_window_seconds)  # let concurrent reads join
-                self._serve_batch()
-            return future.result()
-        finally:
-            with self._batch_lock:
-                self._inflight -= 1
+        return self._batches.read(VirtualRequest(url, int(offset), int(length), checksum))
 
     async def read_async(self, url: str, offset: int, length: int, checksum: str | None) -> bytes:
         """``read`` for coroutines: waits for its batch without holding a thread.
 
-        Meant for async callers (a zarr store's ``get``): all concurrent gets join one batch
-        served by a timer thread after the window, however many there are, whereas threaded
-        callers can only batch as many reads as they have threads.
+        Meant for async callers (a zarr store's ``get``): the gets that arrive together join
+        one batch (``read_batches``), however many there are, whereas threaded callers can
+        only batch as many reads as they have threads.
         """
         request = VirtualRequest(url, int(offset), int(length), checksum)
-        future: Future[bytes] = Future()
-        with self._batch_lock:
-            leader = self._batch is None
-            if self._batch is None:
-                self._batch = []
-            self._batch.append((request, future))
-        if leader:
-            timer = threading.Timer(self.settings.batch_window_seconds, self._serve_batch)
-            timer.daemon = True
-            timer.start()
-        return await asyncio.wrap_future(future)
-
-    def _serve_batch(self) -> None:
-        with self._batch_lock:
-            batch, self._batch = self._batch or [], None
-        try:
-            outcomes = self._execute([r for r, _ in batch])
-        except BaseException as exc:  # never leave the followers waiting forever
-            outcomes = [exc] * len(batch)
-        for (_, waiting), outcome in zip(batch, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                waiting.set_exception(outcome)
-            else:
-                waiting.set_result(outcome)
+        return await self._batches.read_async(request)
 
     def read_many(self, requests: Sequence[VirtualRequest]) -> list[bytes]:
         """The bytes of many refs, in order, with nearby ranges of a file fetched together.
 
         Raises the first failing request's error (see ``read``).
         """
-        return [_unwrap(o) for o in self._execute(list(requests))]
+        return [unwrap(o) for o in self._execute(list(requests))]
 
     def authorized_prefix(self, url: str) -> tuple[str, str, str]:
         """``(absolute url, container, authorized prefix)``, or ``VirtualRefRefusedError``."""
@@ -186,6 +137,7 @@ class VirtualReader:
         return absolute, container, max(chosen, key=len)
 
     def close(self) -> None:
+        self._batches.close()
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
@@ -346,12 +298,6 @@ def _past_the_end(fetch: _Fetch, request: VirtualRequest) -> VirtualRangeError:
         f"reaches past the end of the file, which has {size} bytes: the file was truncated "
         "or replaced, or the ref is wrong; re-import it"
     )
-
-
-def _unwrap(outcome: bytes | BaseException) -> bytes:
-    if isinstance(outcome, BaseException):
-        raise outcome
-    return outcome
 
 
 def file_checksum(target: str | Mapping[str, Any], **storage_options: Any) -> str:

@@ -388,3 +388,22 @@ def test_async_reads_join_one_batch(data_dir: Path, calls: Calls) -> None:
     assert calls.cat_file <= 2
     with pytest.raises(VirtualRefRefusedError):
         asyncio.run(reader.read_async("file:///etc/passwd", 0, 1, None))
+
+
+def test_a_lone_async_read_does_not_wait_out_the_window(data_dir: Path, calls: Calls) -> None:
+    """A coroutine reading one chunk at a time (dask: one task, one chunk) waits only while
+    other reads keep arriving, not the whole window: with a 60 s window each read here would
+    otherwise take a minute."""
+    import asyncio
+
+    url, blob = chunk_file(data_dir, 3, 16)
+    reader = reader_for(data_dir, batch_window_seconds=60)
+
+    async def one_at_a_time() -> bytes:
+        parts = []
+        for i in range(3):
+            parts.append(await asyncio.wait_for(reader.read_async(url, i * 16, 16, None), 5))
+        return b"".join(parts)
+
+    assert asyncio.run(one_at_a_time()) == blob
+    assert calls.cat_file == 3
