@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from icechunk_spark import Repository
-from tests.conftest import S3_BUCKET, s3_options
+from tests.conftest import new_s3_bucket, s3_options
 from tests.support import workers
 from tests.support.faulty_proxy import STATE_FILE_PUTS, FaultRule, FaultyProxy, background_faults
 
@@ -35,7 +35,7 @@ STATE_FILE = r"/t/\d+$"
 
 
 def _new_repo(endpoint: str) -> tuple[str, Repository]:
-    url = f"s3://{S3_BUCKET}/{uuid.uuid4().hex}"
+    url = f"s3://{new_s3_bucket(endpoint)}/{uuid.uuid4().hex}"
     repo = Repository.create(
         url, storage_options=s3_options(endpoint), config={"inline_chunk_threshold_bytes": 8}
     )
@@ -59,7 +59,7 @@ def test_a_commit_whose_state_file_answer_is_lost_reports_its_snapshot(s3_endpoi
 
 @pytest.mark.parametrize("kind", ["drop", "error"])
 def test_create_whose_state_file_answer_is_lost_succeeds(s3_endpoint, kind):
-    url = f"s3://{S3_BUCKET}/{uuid.uuid4().hex}"
+    url = f"s3://{new_s3_bucket(s3_endpoint)}/{uuid.uuid4().hex}"
     once = FaultRule("PUT", STATE_FILE, 1.0, kinds=(kind,), max_faults=1)
     with FaultyProxy(s3_endpoint, SEED, [once]) as proxy:
         created = Repository.create(url, storage_options=s3_options(proxy.url))

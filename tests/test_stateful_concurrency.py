@@ -426,12 +426,13 @@ def test_concurrency_and_maintenance_machine(backend_name: str, request: pytest.
     elif backend_name == "local":
         make = _local
     else:
-        from tests.conftest import S3_BUCKET, s3_options
+        from tests.conftest import new_s3_bucket, s3_options
 
         endpoint = request.getfixturevalue("s3_endpoint")
 
         def make() -> tuple[str, dict[str, str], Callable[[], None]]:
-            return f"s3://{S3_BUCKET}/{uuid.uuid4().hex}", s3_options(endpoint), lambda: None
+            url = f"s3://{new_s3_bucket(endpoint)}/{uuid.uuid4().hex}"
+            return url, s3_options(endpoint), lambda: None
 
     machine = type(f"ConcurrencyMachine_{backend_name}", (ConcurrencyMachine,), {})
     machine.make_location = staticmethod(make)  # type: ignore[assignment]
