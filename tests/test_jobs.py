@@ -163,11 +163,12 @@ def _sample(folder: Path, days: int, first: int = 0) -> None:
     )
 
 
-def test_virtual_ingest_into_s3_appends_new_files_only(tmp_path, s3_endpoint):
+def test_virtual_ingest_into_s3_reads_as_xarray_reads_the_files(tmp_path, s3_endpoint):
     """The daily update as a job, into a repository on S3 (the storage options reach the
-    executors): each run appends only the files not referenced yet, and the result reads as
-    xarray reads the files. (A run with nothing new commits nothing: that is
-    tests/spark/test_virtual_ingest.py's, through the shared session, a spark-submit less.)"""
+    executors); the result reads as xarray reads the files. One spark-submit: a re-run that
+    appends only new files, or commits nothing when none is new, is
+    tests/spark/test_virtual_ingest.py's, through the shared session (each spark-submit costs
+    ~40 s of CI on 2 cores)."""
     data, url = tmp_path / "data", f"s3://{S3_BUCKET}/jobs-virtual"
     options = [
         "--storage-option",
@@ -180,17 +181,12 @@ def test_virtual_ingest_into_s3_appends_new_files_only(tmp_path, s3_endpoint):
     _sample(data, 4)
     files = ["--repo", url, "--files", f"{data}/*.nc", *options]
     summary(submit("ingest_virtual.py", *files), "ingest_virtual")
-    _sample(data, 2, first=4)
-    summary(submit("ingest_virtual.py", *files), "ingest_virtual")
     repo = Repository.open(
         url,
         storage_options={"key": "testing", "secret": "testing", "endpoint_url": s3_endpoint},
         authorize_virtual=[data.as_uri() + "/"],
     )
-    assert [s.message for s in repo.ancestry()][:2] == [
-        "ingest 2 new files (6 in all)",
-        "ingest 4 new files (4 in all)",
-    ]
+    assert next(repo.ancestry()).message == "ingest 4 new files (4 in all)"
     ds = xr.open_zarr(repo.readonly_session().store, consolidated=False)
     direct = xr.combine_by_coords([xr.open_dataset(f) for f in sorted(data.glob("*.nc"))])
     xr.testing.assert_allclose(ds.tas.load(), direct.tas.load())
