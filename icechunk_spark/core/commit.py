@@ -269,6 +269,7 @@ class Commit:
                 self._stats.tables(),
                 self._options.progress,
                 self._options.piece_runner,
+                self._handle.structure_of(self.base.snapshot_id),
             )
         except NotFoundError as missing:
             self._stale_if_collected(missing)

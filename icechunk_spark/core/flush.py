@@ -22,6 +22,7 @@ from ..format.manifest import attach_stats
 from ..format.structure import (
     ManifestRef,
     Node,
+    StructureTables,
     encode_attributes_table,
     encode_structure_table,
     structure_tables,
@@ -58,6 +59,7 @@ class BuiltSnapshot:
     nodes: Mapping[str, Node]
     written: tuple[str, ...]  # every key written, so an abandoned build can be cleaned up
     base_id: str  # the snapshot it was built on: publishable only as that one's child
+    structure: StructureTables  # what the structure file was encoded from, for the next build
 
 
 def build_snapshot(
@@ -69,11 +71,14 @@ def build_snapshot(
     chunk_stats: Mapping[int, pa.Table] | None = None,
     progress: Progress | None = None,
     piece_runner: PieceRunner | None = None,
+    base_structure: StructureTables | None = None,
 ) -> BuiltSnapshot:
     """Write a snapshot's files; ``chunk_stats`` (node id -> statistics of chunks written in
     the session, see ``format.manifest.attach_stats``) become ``stat_*`` manifest columns.
     ``progress`` hears one stage per batch of manifests written. ``piece_runner`` writes the
-    pieces of split arrays whose refs are staged (default: here, a few at a time)."""
+    pieces of split arrays whose refs are staged (default: here, a few at a time).
+    ``base_structure``: the tables ``base``'s structure file was written from, if at hand
+    (unchanged nodes' rows are copied from them)."""
     stats = chunk_stats or {}
     nodes = current_nodes(base, changes)
     arrays = {n.id: n for n in nodes.values() if n.type == "array"}
@@ -136,7 +141,7 @@ def build_snapshot(
     snapshot_id = new_object_id()
     structure_id = new_object_id()
     attrs_id = new_object_id()
-    tables = structure_tables(final.values(), attrs_id)
+    tables = structure_tables(final.values(), attrs_id, previous=base_structure)
     final = {
         p: replace(n, attrs_ref=tables.assigned[n.id]) if n.id in tables.assigned else n
         for p, n in final.items()
@@ -157,7 +162,7 @@ def build_snapshot(
     for manifest_id, table in deferred.tables.items():
         base.manifest_cache.remember(manifest_id, table)
     written.extend(objects)  # manifests are listed already
-    return BuiltSnapshot(snapshot_id, structure_id, final, tuple(written), base.snapshot_id)
+    return BuiltSnapshot(snapshot_id, structure_id, final, tuple(written), base.snapshot_id, tables)
 
 
 def _modified_arrays(

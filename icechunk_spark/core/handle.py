@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import AlreadyExistsError
 from ..format.keys import state_key
 from ..format.state import State
+from ..format.structure import StructureTables
 from ..splitting import ManifestConfig, default_config, parse_config
 from ..storage import Storage, open_storage
 from .chunk_reads import read_ref, read_ref_async
@@ -58,6 +59,9 @@ class RepoHandle:
             verify_checksums=self.config.verify_virtual_checksums,
         )
         self._views = ViewCache()
+        # The structure tables of the snapshot this handle committed last: the next commit on
+        # it copies its unchanged rows (one slot: a memory bound whatever the history).
+        self._last_structure: tuple[str, StructureTables] | None = None
         # The thread preloading the manifests of the latest session's snapshot, if any.
         self.preload_thread: threading.Thread | None = None
 
@@ -127,9 +131,17 @@ class RepoHandle:
         self.preload_thread = start_preload(view, self.manifest_config.preload, self.manifest_cache)
         return view
 
-    def remember_view(self, view: SnapshotView) -> None:
-        """Cache ``view`` (a session's own commit) so new sessions skip reading it."""
+    def remember_view(self, view: SnapshotView, structure: StructureTables | None = None) -> None:
+        """Cache ``view`` (a session's own commit) so new sessions skip reading it, and the
+        ``structure`` tables it was written from, for the next commit on it."""
         self._views.put(view)
+        if structure is not None:
+            self._last_structure = (view.snapshot_id, structure)
+
+    def structure_of(self, snapshot_id: str) -> StructureTables | None:
+        """The structure tables this handle wrote for ``snapshot_id``, if it wrote it last."""
+        last = self._last_structure
+        return last[1] if last is not None and last[0] == snapshot_id else None
 
     def read_ref(self, ref: ChunkRef, byte_range: tuple[int, int | None] | None = None) -> bytes:
         """The bytes a chunk ref points to (a sub-range of them with ``byte_range``)."""

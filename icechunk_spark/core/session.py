@@ -241,7 +241,7 @@ class Session(BaseSession):
         self.read_only = True
         built = committed.built
         self._base = SnapshotView(built.snapshot_id, built.nodes, self._handle.manifest_cache)
-        self._handle.remember_view(self._base)
+        self._handle.remember_view(self._base, built.structure)
         return built.snapshot_id
 
     # -- forks (core/forks.py) ------------------------------------------------------------
