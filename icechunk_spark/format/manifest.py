@@ -200,11 +200,13 @@ def encode_manifest_rows(rows: pa.Table) -> bytes:
 
 def rows_as_decoded(rows: pa.Table) -> pa.Table:
     """``manifest_rows`` output as ``decode_manifest`` reads its file back (location columns
-    as plain strings): a writer keeps what it wrote instead of decoding its own bytes."""
+    as plain strings, contiguous): a writer keeps what it wrote instead of decoding its own
+    bytes. Contiguous: rows gathered array by array come in a chunk per array, and the next
+    commit's filter over 5,760 chunks took 0.31 s (bench/bench_many_arrays.py)."""
     columns = [
         c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in rows.columns
     ]
-    return pa.Table.from_arrays(columns, names=rows.column_names)
+    return pa.Table.from_arrays(columns, names=rows.column_names).combine_chunks()
 
 
 def decode_manifest(data: bytes, name: str) -> pa.Table:
