@@ -285,6 +285,10 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "behaviour suite on gcs/azure: subset (ICECHUNK_EMULATOR_SUITE=full for all of it)"
 
 
+# tryfirst: pytest-xdist's own hook (xdist/remote.py) turns xdist_group marks into the node-id
+# suffix that --dist loadgroup schedules by, and this conftest registers after it: marks added
+# later grouped nothing, and each worker started a JVM of its own.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _group_spark_tests(items)
     _keep_emulator_subset(config, items)

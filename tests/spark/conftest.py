@@ -45,8 +45,23 @@ def discoverable(site: Path) -> str:
     return os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
 
 
+def only_once_per_run(tmp_path_factory: pytest.TempPathFactory, what: str) -> None:
+    """Fail if another xdist worker of this run started ``what`` too: the tests using it must
+    share a worker (``tests/conftest.py`` groups them), or each worker starts a JVM of its own
+    and two compete for the two cores."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return
+    run_root = tmp_path_factory.getbasetemp().parent  # shared by this run's workers
+    others = sorted(p.name for p in run_root.glob(f"{what}-started-by-*"))
+    (run_root / f"{what}-started-by-{worker}").touch()
+    if others:
+        pytest.fail(f"{what} started on {worker} too ({others}): the xdist grouping is broken")
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    only_once_per_run(tmp_path_factory, "spark")
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -82,6 +97,7 @@ def spark_env(site: Path) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
     """One Spark Connect server (local[2], 768 MB, no UI) on 127.0.0.1 for the whole run."""
+    only_once_per_run(tmp_path_factory, "connect")
     tmp = tmp_path_factory.mktemp("connect")
     server = start_connect_server(spark_env(tmp / "site"), tmp / "server.log", SPARK_CONF)
     yield server
@@ -91,6 +107,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Connect
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
     """One standalone master and one worker (1 core, 1 GB for executors) on 127.0.0.1."""
+    only_once_per_run(tmp_path_factory, "cluster")
     tmp = tmp_path_factory.mktemp("cluster")
     cluster = start_standalone_cluster(spark_env(tmp / "site"), tmp)
     yield cluster
