@@ -81,7 +81,11 @@ class ReadBatches(Generic[R]):
             self._queued.append((request, future))
             start, self._serving = not self._serving, True
         if start:
-            self._server_thread().submit(self._serve_queued)
+            try:
+                self._server_thread().submit(self._serve_queued)
+            except BaseException as exc:  # e.g. closed meanwhile: no read may wait forever
+                self._fail_queued(exc)
+                raise
         return await asyncio.wrap_future(future)
 
     def close(self) -> None:
@@ -98,14 +102,25 @@ class ReadBatches(Generic[R]):
 
     def _serve_queued(self) -> None:
         """Serve the coroutines' reads, batch after batch, until none is left."""
-        while True:
-            self._settle()
-            with self._lock:
-                batch, self._queued = self._queued, []
-                if not batch:
-                    self._serving = False
-                    return
-            self._serve(batch)
+        try:
+            while True:
+                self._settle()
+                with self._lock:
+                    batch, self._queued = self._queued, []
+                    if not batch:
+                        self._serving = False
+                        return
+                self._serve(batch)
+        except BaseException as exc:  # the next read starts a server again; none waits forever
+            self._fail_queued(exc)
+            raise
+
+    def _fail_queued(self, exc: BaseException) -> None:
+        with self._lock:
+            batch, self._queued = self._queued, []
+            self._serving = False
+        for _, waiting in batch:
+            _settle_future(waiting, exc)
 
     def _settle(self) -> None:
         """Wait while reads keep arriving, at most the window."""
@@ -124,10 +139,17 @@ class ReadBatches(Generic[R]):
         except BaseException as exc:  # never leave the waiting reads waiting forever
             outcomes = [exc] * len(batch)
         for (_, waiting), outcome in zip(batch, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                waiting.set_exception(outcome)
-            else:
-                waiting.set_result(outcome)
+            _settle_future(waiting, outcome)
+
+
+def _settle_future(waiting: Future[bytes], outcome: Outcome) -> None:
+    """Give ``waiting`` its outcome, unless its reader gave up (cancelled it) meanwhile."""
+    if not waiting.set_running_or_notify_cancel():
+        return  # cancelled: a timeout, or a gather that another chunk's error cancelled
+    if isinstance(outcome, BaseException):
+        waiting.set_exception(outcome)
+    else:
+        waiting.set_result(outcome)
 
 
 def unwrap(outcome: Outcome) -> bytes:
