@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -142,10 +142,8 @@ def build_snapshot(
     structure_id = new_object_id()
     attrs_id = new_object_id()
     tables = structure_tables(final.values(), attrs_id, previous=base_structure)
-    final = {
-        p: replace(n, attrs_ref=tables.assigned[n.id]) if n.id in tables.assigned else n
-        for p, n in final.items()
-    }
+    # The nodes as stored (with the attribute refs assigned), in path order as a read gives.
+    final = {n.path: n for n in tables.written}
     base_docs = {n.id: n.zarr_json for n in base.nodes.values()}
     node_changes = _node_changes(changes, arrays, base_docs)
     changed_chunks = _chunk_change_tables(changes, arrays)
