@@ -69,12 +69,7 @@ def _stop_moto(proc: subprocess.Popen[bytes]) -> None:
 def s3_endpoint() -> Iterator[str]:
     """moto's S3 server in a subprocess on 127.0.0.1, one request at a time."""
     proc, endpoint = _start_moto()
-    import s3fs
-
-    fs = s3fs.S3FileSystem(
-        client_kwargs={"endpoint_url": endpoint}, skip_instance_cache=True, **S3_CREDENTIALS
-    )
-    fs.mkdir(S3_BUCKET)
+    _s3_client(endpoint).create_bucket(Bucket=S3_BUCKET)
     yield endpoint
     _stop_moto(proc)
 
@@ -86,10 +81,17 @@ def new_s3_bucket(endpoint: str) -> str:
     bucket (moto/s3/models.py ``list_objects``), so in one shared bucket each listing grew
     with everything the run had written before (6.7 ms empty, 34 ms at 10,000 keys).
     """
-    import boto3
+    bucket = f"test-{uuid.uuid4().hex}"
+    _s3_client(endpoint).create_bucket(Bucket=bucket)
+    return bucket
 
+
+def _s3_client(endpoint: str) -> Any:
+    """One boto3 client per moto server, kept: making one costs more than a request."""
     client = _s3_clients.get(endpoint)
     if client is None:
+        import boto3
+
         client = boto3.client(
             "s3",
             endpoint_url=endpoint,
@@ -98,9 +100,7 @@ def new_s3_bucket(endpoint: str) -> str:
             region_name="us-east-1",
         )
         _s3_clients[endpoint] = client
-    bucket = f"test-{uuid.uuid4().hex}"
-    client.create_bucket(Bucket=bucket)
-    return bucket
+    return client
 
 
 _s3_clients: dict[str, Any] = {}
