@@ -321,3 +321,22 @@ def test_large_attributes_go_to_an_attribute_file(backend):
     make_array(session, "/b")
     session.commit("reuses the attribute file")
     assert len(list(repo.storage.list("a/"))) == 1
+
+
+def test_an_array_whose_shared_manifest_is_rewritten_keeps_its_attribute_row(backend):
+    # Two small arrays share a manifest; a chunk written to one rewrites it, so the other's
+    # row names the new manifest, and its document must stay where it was, not be copied.
+    repo = create_repo(backend)
+    session = repo.writable_session()
+    session.create_group("/")
+    session.create_array("/big", (4,), (2,), "int32", attributes={"history": "x" * 100_000})
+    make_array(session, "/small")
+    session.set_chunk("/big", (0,), b"\0" * 8)
+    session.set_chunk("/small", (0, 0), b"\0" * 100)
+    session.commit("both")
+    session = repo.writable_session()
+    session.set_chunk("/small", (0, 1), b"\1" * 100)
+    session.commit("rewrites the shared manifest")
+    assert len(list(repo.storage.list("a/"))) == 1
+    big = open_repo(backend).readonly_session().get_node("/big")
+    assert b"x" * 100_000 in big.zarr_json

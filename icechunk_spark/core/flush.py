@@ -19,9 +19,8 @@ import pyarrow as pa
 from ..format.ids import new_object_id
 from ..format.keys import attributes_key, structure_key, txlog_key
 from ..format.manifest import attach_stats
-from ..format.structure import (
-    ManifestRef,
-    Node,
+from ..format.structure import ManifestRef, Node
+from ..format.structure_encode import (
     StructureTables,
     encode_attributes_table,
     encode_structure_table,
@@ -135,7 +134,9 @@ def build_snapshot(
             # Not make_node: the document is parsed already (5,760 arrays: 0.3 s); nor
             # dataclasses.replace, which costs ~10 us a node (a small commit's arrays: 0.5 ms).
             manifests = tuple(new_refs.get(node.id, ()))
-            node = Node(node.id, path, node.type, node.zarr_json, manifests, None, node.meta)
+            # The attribute ref stays: the document is where it was, only the manifests move.
+            ref = node.attrs_ref
+            node = Node(node.id, path, node.type, node.zarr_json, manifests, ref, node.meta)
         final[path] = node
 
     snapshot_id = new_object_id()

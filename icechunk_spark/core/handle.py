@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import AlreadyExistsError
 from ..format.keys import state_key
 from ..format.state import State
-from ..format.structure import StructureTables
+from ..format.structure_encode import StructureTables
 from ..splitting import ManifestConfig, default_config, parse_config
 from ..storage import Storage, open_storage
 from .chunk_reads import read_ref, read_ref_async

@@ -42,7 +42,7 @@ from ..errors import (
 from ..format.ids import new_object_id
 from ..format.keys import HINT_KEY, STATE_PREFIX, state_key, structure_key
 from ..format.state import Ref, SnapshotInfo, State, decode_state, encode_state
-from ..format.structure import encode_structure
+from ..format.structure_encode import encode_structure
 from ..retry import CAS_BACKOFF
 from ..storage import Storage
 from .branches import DEFAULT_BRANCH

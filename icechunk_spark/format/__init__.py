@@ -5,8 +5,9 @@ from .ids import new_node_id, new_object_id
 from .manifest import REF_SCHEMA, decode_manifest, encode_manifest
 from .merge import merge_refs
 from .state import FORMAT_VERSION, Ref, SnapshotInfo, State, decode_state, encode_state
-from .structure import ArrayMeta, ManifestRef, Node, encode_structure, make_node
+from .structure import ArrayMeta, ManifestRef, Node, make_node
 from .structure_decode import decode_structure
+from .structure_encode import encode_structure
 from .txlog import NodeChange, TransactionLog, decode_txlog, encode_txlog
 
 __all__ = [

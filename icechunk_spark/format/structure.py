@@ -7,16 +7,14 @@ and the manifests holding the array's chunk refs with their extents and ref coun
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
 
 from ..errors import InvalidInputError
-from .parquet import small_table_to_parquet, table_to_parquet
 
 NodeType = Literal["group", "array"]
 Extent = tuple[tuple[int, int], ...]
@@ -173,6 +171,8 @@ _MANIFEST_REF = pa.struct(
         pa.field("set_name", pa.string(), nullable=False),
     ]
 )
+# An array's manifests column: each manifest holding its refs, with extent and count.
+MANIFESTS_TYPE = pa.list_(_MANIFEST_REF)
 _ARRAY_METADATA = pa.struct(
     [
         pa.field("shape", pa.list_(pa.uint64()), nullable=False),
@@ -200,7 +200,7 @@ STRUCTURE_SCHEMA = pa.schema(
                 ]
             ),
         ),
-        pa.field("manifests", pa.list_(_MANIFEST_REF)),
+        pa.field("manifests", MANIFESTS_TYPE),
     ]
 )
 ATTRIBUTES_SCHEMA = pa.schema(
@@ -209,148 +209,3 @@ ATTRIBUTES_SCHEMA = pa.schema(
         pa.field("zarr_json", pa.binary(), nullable=False),
     ]
 )
-
-
-def encode_structure(
-    nodes: Iterable[Node],
-    new_attrs_file: str,
-    inline_limit: int = DEFAULT_INLINE_ZARR_JSON_LIMIT,
-) -> tuple[bytes, bytes | None, dict[int, AttrsRef]]:
-    """Encode a snapshot's nodes (sorted by path).
-
-    Returns the structure file, the new attribute file (``None`` when no document needed one) and
-    the attribute refs assigned to nodes whose document went into it.
-    """
-    tables = structure_tables(nodes, new_attrs_file, inline_limit)
-    attrs = None if tables.attributes is None else encode_attributes_table(tables.attributes)
-    return encode_structure_table(tables.structure), attrs, tables.assigned
-
-
-@dataclass(frozen=True, slots=True)
-class StructureTables:
-    """A snapshot's nodes as the tables of its structure file and attribute file (``None``
-    when no document needed one), and the attribute refs assigned to nodes whose document
-    went into the attribute file. ``written``: the node each structure row was made from (as
-    it is stored: with its attribute ref), so the next snapshot can copy unchanged rows."""
-
-    structure: pa.Table
-    attributes: pa.Table | None
-    assigned: dict[int, AttrsRef]
-    written: tuple[Node, ...] = ()
-
-
-def structure_tables(
-    nodes: Iterable[Node],
-    new_attrs_file: str,
-    inline_limit: int = DEFAULT_INLINE_ZARR_JSON_LIMIT,
-    previous: StructureTables | None = None,
-) -> StructureTables:
-    """``encode_structure`` before the Parquet encoding, which a writer may hand to another
-    thread: it holds no lock on the interpreter, so it overlaps the writer's other work.
-
-    ``previous``: the tables of the snapshot these nodes were changed from. A row whose node
-    is unchanged is copied from it rather than built again (a small commit changes a few of
-    many nodes, and building rows from Python values is most of the cost).
-    """
-    ordered = sorted(nodes, key=lambda n: n.path)
-    old = {n.id: (n, row) for row, n in enumerate(previous.written)} if previous else {}
-    attrs_rows: list[Node] = []
-    assigned: dict[int, AttrsRef] = {}
-    rows: list[dict[str, Any]] = []
-    picks: list[int] = []  # >= 0: a row of previous; < 0: -1 - the index of a new row
-    written: list[Node] = []
-    for node in ordered:
-        ref = node.attrs_ref
-        if ref is None and len(node.zarr_json) > inline_limit:
-            ref = AttrsRef(new_attrs_file, len(attrs_rows))
-            attrs_rows.append(node)
-            assigned[node.id] = ref
-            node = replace(node, attrs_ref=ref)
-        before = old.get(node.id)
-        if before is not None and (before[0] is node or before[0] == node):
-            picks.append(before[1])
-        else:
-            picks.append(-1 - len(rows))
-            rows.append(_structure_row(node, ref))
-        written.append(node)
-    table = pa.Table.from_pylist(rows, schema=STRUCTURE_SCHEMA)
-    if previous is not None and len(rows) < len(ordered):
-        table = _assemble(previous.structure, table, picks)
-    attrs_table = None
-    if attrs_rows:
-        attrs_table = pa.table(
-            {"node_id": [n.id for n in attrs_rows], "zarr_json": [n.zarr_json for n in attrs_rows]},
-            schema=ATTRIBUTES_SCHEMA,
-        )
-    return StructureTables(table, attrs_table, assigned, tuple(written))
-
-
-def _assemble(previous: pa.Table, fresh: pa.Table, picks: list[int]) -> pa.Table:
-    """The rows ``picks`` names (>= 0: a row of ``previous``; < 0: row ``-1 - pick`` of
-    ``fresh``) in order, as slices of runs of rows: ``take`` copies nested rows one by one,
-    which costs as much as building them (0.25 ms for 55 rows)."""
-    runs: list[tuple[pa.Table, int, int]] = []  # (table, first row, rows)
-    for pick in picks:
-        source, row = (previous, pick) if pick >= 0 else (fresh, -1 - pick)
-        if runs and runs[-1][0] is source and runs[-1][1] + runs[-1][2] == row:
-            runs[-1] = (source, runs[-1][1], runs[-1][2] + 1)
-        else:
-            runs.append((source, row, 1))
-    return pa.concat_tables([t.slice(first, n) for t, first, n in runs]).combine_chunks()
-
-
-def encode_structure_table(table: pa.Table) -> bytes:
-    """The structure file of ``structure_tables(...).structure``."""
-    return small_table_to_parquet(table)
-
-
-def encode_attributes_table(table: pa.Table) -> bytes:
-    """The attribute file of ``structure_tables(...).attributes``."""
-    return table_to_parquet(table)
-
-
-def _fill_json(value: Any) -> str:
-    """``json.dumps`` of a fill value; the few scalar ones every array shares are cached."""
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return _scalar_fill_json(value, type(value).__name__)
-    return json.dumps(value)
-
-
-@functools.lru_cache(maxsize=256)
-def _scalar_fill_json(value: Any, kind: str) -> str:  # kind: 0, 0.0 and False hash alike
-    return json.dumps(value)
-
-
-def _structure_row(node: Node, attrs_ref: AttrsRef | None) -> dict[str, Any]:
-    meta = node.meta
-    return {
-        "id": node.id,
-        "type": node.type,
-        "path": node.path,
-        "array_metadata": None
-        if meta is None
-        else {
-            "shape": list(meta.shape),
-            "data_type": meta.data_type,
-            "fill_value": _fill_json(meta.fill_value),
-            "dimension_names": list(meta.dimension_names)
-            if meta.dimension_names is not None
-            else None,
-            "chunk_shape": list(meta.chunk_shape),
-            "chunk_key_encoding": meta.key_encoding,
-            "separator": meta.separator,
-        },
-        "zarr_json": None if attrs_ref is not None else node.zarr_json,
-        "attrs_reference": None
-        if attrs_ref is None
-        else {"attrs_file": attrs_ref.attrs_file, "row": attrs_ref.row},
-        "manifests": [
-            {
-                "manifest_id": m.manifest_id,
-                "extent": [list(e) for e in m.extent],
-                "ref_count": m.ref_count,
-                "set_name": m.set_name,
-            }
-            for m in node.manifests
-        ],
-    }

@@ -8,13 +8,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from icechunk_spark.format.structure import (
-    ManifestRef,
-    Node,
-    encode_structure_table,
-    make_node,
-    structure_tables,
-)
+from icechunk_spark.format.structure import ManifestRef, Node, make_node
+from icechunk_spark.format.structure_encode import encode_structure_table, structure_tables
 
 INLINE_LIMIT = 400  # small, so some documents go to the attribute file
 

@@ -1,0 +1,226 @@
+"""Encoding a snapshot's nodes as its structure file (and attribute file): the tables first,
+which a writer builds on its own thread, then the Parquet bytes, which another thread may make.
+
+A commit changes few of many nodes, so the tables of the snapshot it builds on are reused:
+unchanged rows are copied as slices, and rows whose node names other manifests alone get a new
+``manifests`` value.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+
+from .parquet import small_table_to_parquet, table_to_parquet
+from .structure import (
+    ATTRIBUTES_SCHEMA,
+    DEFAULT_INLINE_ZARR_JSON_LIMIT,
+    MANIFESTS_TYPE,
+    STRUCTURE_SCHEMA,
+    AttrsRef,
+    Node,
+)
+
+# The structure schema but its last column, manifests: rows are built without their manifests,
+# which a node changes alone whenever a manifest it shares is rewritten.
+_ROW_SCHEMA = pa.schema(list(STRUCTURE_SCHEMA)[:-1])
+
+
+def encode_structure(
+    nodes: Iterable[Node],
+    new_attrs_file: str,
+    inline_limit: int = DEFAULT_INLINE_ZARR_JSON_LIMIT,
+) -> tuple[bytes, bytes | None, dict[int, AttrsRef]]:
+    """Encode a snapshot's nodes (sorted by path).
+
+    Returns the structure file, the new attribute file (``None`` when no document needed one) and
+    the attribute refs assigned to nodes whose document went into it.
+    """
+    tables = structure_tables(nodes, new_attrs_file, inline_limit)
+    attrs = None if tables.attributes is None else encode_attributes_table(tables.attributes)
+    return encode_structure_table(tables.structure), attrs, tables.assigned
+
+
+@dataclass(frozen=True, slots=True)
+class StructureTables:
+    """A snapshot's nodes as the tables of its structure file and attribute file (``None``
+    when no document needed one), and the attribute refs assigned to nodes whose document
+    went into the attribute file. ``written``: the node each structure row was made from (as
+    it is stored: with its attribute ref), so the next snapshot can copy unchanged rows."""
+
+    structure: pa.Table
+    attributes: pa.Table | None
+    assigned: dict[int, AttrsRef]
+    written: tuple[Node, ...] = ()
+
+
+def structure_tables(
+    nodes: Iterable[Node],
+    new_attrs_file: str,
+    inline_limit: int = DEFAULT_INLINE_ZARR_JSON_LIMIT,
+    previous: StructureTables | None = None,
+) -> StructureTables:
+    """``encode_structure`` before the Parquet encoding, which a writer may hand to another
+    thread: it holds no lock on the interpreter, so it overlaps the writer's other work.
+
+    ``previous``: the tables of the snapshot these nodes were changed from. A row whose node
+    is unchanged is copied from it rather than built again (a small commit changes a few of
+    many nodes, and building rows from Python values is most of the cost); a node that only
+    names other manifests (every array of a rewritten shared manifest) gets its old row with
+    a new ``manifests`` value.
+    """
+    ordered = sorted(nodes, key=lambda n: n.path)
+    old = {n.id: (n, row) for row, n in enumerate(previous.written)} if previous else {}
+    attrs_rows: list[Node] = []
+    assigned: dict[int, AttrsRef] = {}
+    rows: list[dict[str, Any]] = []  # new rows, but for their manifests
+    manifests: list[list[dict[str, Any]]] = []  # new manifests values
+    # Per column group, the row each output row comes from: >= 0 a row of previous, < 0
+    # (-1 - i) the i-th new value. ``picks`` for every column but manifests.
+    picks: list[int] = []
+    manifest_picks: list[int] = []
+    written: list[Node] = []
+    for node in ordered:
+        ref = node.attrs_ref
+        if ref is None and len(node.zarr_json) > inline_limit:
+            ref = AttrsRef(new_attrs_file, len(attrs_rows))
+            attrs_rows.append(node)
+            assigned[node.id] = ref
+            node = replace(node, attrs_ref=ref)
+        before = old.get(node.id)
+        if before is not None and (before[0] is node or before[0] == node):
+            picks.append(before[1])
+            manifest_picks.append(before[1])
+        else:
+            if before is not None and _same_but_manifests(before[0], node):
+                picks.append(before[1])
+            else:
+                picks.append(-1 - len(rows))
+                rows.append(_structure_row(node, ref))
+            manifest_picks.append(-1 - len(manifests))
+            manifests.append(_manifests_value(node))
+        written.append(node)
+    table = _assemble_table(previous, rows, manifests, picks, manifest_picks)
+    attrs_table = None
+    if attrs_rows:
+        attrs_table = pa.table(
+            {"node_id": [n.id for n in attrs_rows], "zarr_json": [n.zarr_json for n in attrs_rows]},
+            schema=ATTRIBUTES_SCHEMA,
+        )
+    return StructureTables(table, attrs_table, assigned, tuple(written))
+
+
+def _same_but_manifests(before: Node, node: Node) -> bool:
+    """Whether ``node``'s row differs from ``before``'s in its manifests alone (the typed
+    metadata columns come from the document, so an equal document means equal columns)."""
+    return (
+        before.path == node.path
+        and before.type == node.type
+        and before.attrs_ref == node.attrs_ref
+        and (before.zarr_json is node.zarr_json or before.zarr_json == node.zarr_json)
+    )
+
+
+def _assemble_table(
+    previous: StructureTables | None,
+    rows: list[dict[str, Any]],
+    manifests: list[list[dict[str, Any]]],
+    picks: list[int],
+    manifest_picks: list[int],
+) -> pa.Table:
+    fresh = pa.Table.from_pylist(rows, schema=_ROW_SCHEMA)
+    fresh_manifests = pa.chunked_array([pa.array(manifests, MANIFESTS_TYPE)], MANIFESTS_TYPE)
+    columns = [*fresh.columns, fresh_manifests]
+    if previous is not None and (len(rows) < len(picks) or len(manifests) < len(picks)):
+        old = previous.structure.columns
+        row_runs = _runs(picks)
+        columns = [_assemble(o, f, row_runs) for o, f in zip(old[:-1], fresh.columns, strict=True)]
+        columns.append(_assemble(old[-1], fresh_manifests, _runs(manifest_picks)))
+    return pa.Table.from_arrays(columns, schema=STRUCTURE_SCHEMA)
+
+
+def _runs(picks: list[int]) -> list[tuple[bool, int, int]]:
+    """``picks`` (>= 0: a row of the previous table; < 0: value ``-1 - pick`` of the new
+    ones) as runs of consecutive rows of one source: (from previous, first row, rows)."""
+    runs: list[tuple[bool, int, int]] = []
+    for pick in picks:
+        old, row = (True, pick) if pick >= 0 else (False, -1 - pick)
+        if runs and runs[-1][0] is old and runs[-1][1] + runs[-1][2] == row:
+            runs[-1] = (old, runs[-1][1], runs[-1][2] + 1)
+        else:
+            runs.append((old, row, 1))
+    return runs
+
+
+def _assemble(
+    previous: pa.ChunkedArray, fresh: pa.ChunkedArray, runs: list[tuple[bool, int, int]]
+) -> pa.Array:
+    """A column of ``runs`` of rows, as slices: ``take`` copies nested values one by one,
+    which costs as much as building them (0.25 ms for 55 rows)."""
+    slices = [(previous if old else fresh).slice(first, n) for old, first, n in runs]
+    return pa.concat_arrays([chunk for part in slices for chunk in part.chunks])
+
+
+def encode_structure_table(table: pa.Table) -> bytes:
+    """The structure file of ``structure_tables(...).structure``."""
+    return small_table_to_parquet(table)
+
+
+def encode_attributes_table(table: pa.Table) -> bytes:
+    """The attribute file of ``structure_tables(...).attributes``."""
+    return table_to_parquet(table)
+
+
+def _fill_json(value: Any) -> str:
+    """``json.dumps`` of a fill value; the few scalar ones every array shares are cached."""
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return _scalar_fill_json(value, type(value).__name__)
+    return json.dumps(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _scalar_fill_json(value: Any, kind: str) -> str:  # kind: 0, 0.0 and False hash alike
+    return json.dumps(value)
+
+
+def _structure_row(node: Node, attrs_ref: AttrsRef | None) -> dict[str, Any]:
+    meta = node.meta
+    return {
+        "id": node.id,
+        "type": node.type,
+        "path": node.path,
+        "array_metadata": None
+        if meta is None
+        else {
+            "shape": list(meta.shape),
+            "data_type": meta.data_type,
+            "fill_value": _fill_json(meta.fill_value),
+            "dimension_names": list(meta.dimension_names)
+            if meta.dimension_names is not None
+            else None,
+            "chunk_shape": list(meta.chunk_shape),
+            "chunk_key_encoding": meta.key_encoding,
+            "separator": meta.separator,
+        },
+        "zarr_json": None if attrs_ref is not None else node.zarr_json,
+        "attrs_reference": None
+        if attrs_ref is None
+        else {"attrs_file": attrs_ref.attrs_file, "row": attrs_ref.row},
+    }
+
+
+def _manifests_value(node: Node) -> list[dict[str, Any]]:
+    return [
+        {
+            "manifest_id": m.manifest_id,
+            "extent": [list(e) for e in m.extent],
+            "ref_count": m.ref_count,
+            "set_name": m.set_name,
+        }
+        for m in node.manifests
+    ]
