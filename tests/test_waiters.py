@@ -102,6 +102,8 @@ def test_a_marker_deleted_under_its_waiter_is_put_back(storage: Storage) -> None
     # Garbage collection deletes old staging objects; a live waiter keeps its place.
     head = TurnTaking(storage, "main")
     head.take_turn(lost=True)
+    # Markers queued in one millisecond sort by their random ids: a later one may go first.
+    time.sleep(0.002)
     seen: list[list[str]] = []
 
     def collect() -> None:
