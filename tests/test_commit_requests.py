@@ -10,6 +10,7 @@ import pytest
 
 from icechunk_spark import Repository
 from icechunk_spark.core import manifest_writes
+from icechunk_spark.format.keys import HINT_KEY
 from icechunk_spark.storage import Storage, open_storage
 from tests.support.counting import CountingStorage
 
@@ -49,6 +50,28 @@ def test_a_small_commit_writes_its_manifest_structure_and_log_in_one_round(
     storage.meeting = threading.Barrier(3, timeout=10)  # broken (an error) if one waits alone
     session.commit("one chunk")
     assert storage.puts["m"] == 2  # the first commit's and this one's
+
+
+class MeetingStateRead(MeetingPuts):
+    """``MeetingPuts``, and the state read (its first request, the hint) joins the meeting."""
+
+    def get(self, key: str) -> bytes:
+        if self.meeting is not None and key == HINT_KEY:
+            self.meeting.wait()
+        return super().get(key)
+
+
+def test_a_small_commit_reads_the_state_while_its_objects_are_written(tmp_path: Path) -> None:
+    # On object storage the state read is three round trips (hint, probe, check); made after
+    # the writes they would add to the commit's latency instead of overlapping it.
+    storage = MeetingStateRead(open_storage(tmp_path.as_uri()))
+    repo = _repository(storage)
+    session = repo.writable_session()
+    session.set_chunk("/a", (1,), b"\1")
+    storage.meeting = threading.Barrier(4, timeout=10)  # broken (an error) if one waits alone
+    snapshot = session.commit("one chunk")
+    storage.meeting = None
+    assert Repository.open(storage.inner).lookup_branch("main") == snapshot
 
 
 def test_the_next_commit_does_not_read_back_the_manifest_this_process_wrote(

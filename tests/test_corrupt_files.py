@@ -11,7 +11,7 @@ import zarr
 
 from icechunk_spark import FormatError, Repository, TruncatedChunkError
 from tests.support.faults import FaultyStorage
-from tests.support.helpers import create_repo, make_array, open_repo
+from tests.support.helpers import create_repo, hints_written, make_array, open_repo
 
 
 def _committed(backend):
@@ -20,6 +20,7 @@ def _committed(backend):
     make_array(session)
     session.set_chunk("/a", (0, 0), b"data")
     session.commit("one")
+    hints_written(repo)  # its hint follows the commit: it must not overwrite the damage
     return repo
 
 

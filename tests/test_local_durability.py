@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from icechunk_spark import Repository
+from tests.support.helpers import hints_written
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ def test_commit_makes_names_durable_before_the_state_file_names_them(tmp_path, m
     session.create_array("/a", shape=(4,), chunk_shape=(1,), dtype="uint8")
     session.set_chunk("/a", (0,), b"a chunk file, not inline")
     session.commit("first chunk")
+    hints_written(repo)  # the hint follows the commit on the I/O threads
     monkeypatch.undo()
 
     events = recorder.events

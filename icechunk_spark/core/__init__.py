@@ -14,7 +14,7 @@ from .base_session import BaseSession
 from .branches import DEFAULT_BRANCH, check_ref_name, snapshot_as_of, walk
 from .changes import ChangeSummary
 from .chunk_reads import naming_chunk
-from .commit import CommitOptions
+from .commit_options import CommitOptions
 from .config import RepositoryConfig
 from .conflicts import ConflictPolicy
 from .containers import Authorization, normalize_prefix, resolve_target, resolve_url

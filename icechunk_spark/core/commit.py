@@ -2,7 +2,8 @@
 
 1. **Build**: write the new manifests, the transaction log and the structure file (``flush``).
    All are new immutable objects; nothing is visible yet.
-2. **Check the requirements** (``core.requirements``) against the latest state:
+2. **Check the requirements** (``core.requirements``) against the latest state (read while
+   the build's last objects are written, so its round trips overlap theirs):
 
    - ``AssertRefSnapshotId``: the branch still points at our base. This is the one
      requirement that decides a commit (the name is pyiceberg's). If another writer moved the
@@ -16,6 +17,7 @@
      this commit already; otherwise ``AlreadyCommittedError``.
 3. **Publish**: create state file ``t/<g+1>`` with put-if-absent (``refs.publish_state``), the
    commit point. Losing that race means another writer took generation ``g+1``: back to 2.
+   The hint ``icechunk.json`` is written behind the commit (``hints``).
 
 A commit that loses a round (the branch moved, or the race) waits its turn among the writers
 on the branch, oldest first, before it rebases (``waiters``): advisory markers that decide
@@ -24,24 +26,21 @@ when it attempts, never what lands.
 A failure anywhere leaves the repository at its previous snapshot; objects written before it
 are orphans that garbage collection removes. How a commit is made besides its changes
 (message, metadata, conflict policy, once-marks, progress, piece runner) is one value,
-``CommitOptions`` (delta-rs's ``CommitProperties``).
+``CommitOptions`` (``commit_options``).
 """
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..chunks.stats import StatsLog
 from ..errors import (
     AlreadyCommittedError,
     CommitStateUnknownError,
     ConflictError,
-    InvalidInputError,
     NotFoundError,
     RetriesExhaustedError,
     StaleSessionError,
@@ -49,13 +48,13 @@ from ..errors import (
 from ..format.keys import state_key, txlog_key
 from ..format.state import Ref, SnapshotInfo, State
 from ..format.txlog import decode_txlog
-from ..progress import Progress
 from ..retry import CAS_BACKOFF, REBASE_BACKOFF
 from ..splitting import ManifestConfig
 from .changes import ChangeSet
 from .chunk_writes import copy_chunk_files
+from .commit_options import CommitOptions
 from .config import RepositoryConfig
-from .conflicts import ConflictPolicy, OnConflict, Theirs, find_conflicts, resolve
+from .conflicts import ConflictPolicy, Theirs, find_conflicts, resolve
 from .flush import BuiltSnapshot, build_snapshot
 from .overlay import current_nodes
 from .rebase_path import snapshots_since_base
@@ -63,7 +62,6 @@ from .refs import ensure_writable, publish_state, read_latest_state
 from .requirements import AssertNoGCSince, AssertNotCommitted, AssertRefSnapshotId
 from .rewrite import check_amendable, merged_txlog, replacement, rewritten
 from .snapshot import SnapshotView
-from .staged_writes import PieceRunner
 from .waiters import TurnTaking
 
 if TYPE_CHECKING:
@@ -72,58 +70,6 @@ if TYPE_CHECKING:
 # Rebases onto concurrent commits, and lost compare-and-swap races, before giving up.
 MAX_REBASES = 200
 MAX_LOST_RACES = 100
-
-
-@dataclass(frozen=True, slots=True)
-class CommitOptions:
-    """How a commit is made, besides its changes; checked when made, before anything is written.
-
-    Attributes:
-        message: the commit message.
-        metadata: JSON-serialisable properties stored with the snapshot.
-        on_conflict: what to do with chunks a concurrent commit wrote too: a
-            ``ConflictPolicy`` or its name (``"fail"``, ``"ours"``, ``"theirs"``).
-        once: metadata pairs naming a commit that a retry or replay may repeat (a streaming
-            batch, a job's write id). They are stored with ``metadata``, and the commit
-            refuses to land on a branch whose history holds a snapshot with all of them
-            (``AssertNotCommitted``), checked on the very state it swaps.
-        progress: hears the manifests being written.
-        piece_runner: writes the manifest pieces of split arrays with staged refs elsewhere
-            (e.g. on Spark executors); by default this process writes them, a few at a time.
-        amend: replace the branch tip (the session's base) instead of adding a snapshot above
-            it (``core/rewrite.py``); never rebases.
-
-    Raises:
-        InvalidInputError: a bad policy, metadata that is not JSON, or metadata that
-            contradicts the same keys in ``once``.
-    """
-
-    message: str
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    on_conflict: OnConflict = "fail"
-    once: Mapping[str, Any] = field(default_factory=dict)
-    progress: Progress | None = None
-    piece_runner: PieceRunner | None = None
-    amend: bool = False
-
-    def __post_init__(self) -> None:
-        ConflictPolicy.parse(self.on_conflict)
-        json.dumps(self.stored_metadata)  # metadata must be JSON: fail before writing anything
-
-    @property
-    def policy(self) -> ConflictPolicy:
-        return ConflictPolicy.parse(self.on_conflict)
-
-    @property
-    def stored_metadata(self) -> dict[str, Any]:
-        """``metadata`` with the ``once`` marks, which it must not contradict."""
-        marks, metadata = self.once, self.metadata
-        clash = sorted(k for k, v in marks.items() if k in metadata and metadata[k] != v)
-        if clash:
-            raise InvalidInputError(
-                f"commit metadata {clash} differ from the same keys in once={dict(marks)!r}"
-            )
-        return {**metadata, **marks}
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +114,7 @@ class Commit:
         self._repack = repack
         self._options = options
         self._once = AssertNotCommitted(branch, dict(options.once)) if options.once else None
+        self._state_read: State | None = None  # read while a build's last objects were written
 
     def run(self) -> Committed:
         """Build, check the requirements, publish; rebase and retry while the branch moves.
@@ -201,12 +148,12 @@ class Commit:
         # meanwhile (it would replace that one); at its turn check_amendable refuses.
         catch_up = None if self._options.amend else self._catch_up
         turns.look_ahead(self._handle.pool)
-        first: State | None = read_latest_state(storage)
+        first: State | None = self._take_state_read() or read_latest_state(storage)
         in_turn = turns.take_turn(lost=False, when_next=catch_up)
         if turns.queued:
             first = None  # it waited in line: the branch moved on
         while rebases < MAX_REBASES and lost_races < MAX_LOST_RACES:
-            state, first = first or read_latest_state(storage), None
+            state, first = first or self._take_state_read() or read_latest_state(storage), None
             ensure_writable(state, storage.url)
             # Checked on the state the compare-and-swap replaces: a duplicate published after
             # this read takes that generation, so we read again and see it here.
@@ -237,7 +184,7 @@ class Commit:
                 continue
             proposed = self._next_state(state, built)
             try:
-                if publish_state(storage, proposed):
+                if publish_state(storage, proposed, self._handle.hints):
                     return Committed(built, proposed)
             except CommitStateUnknownError as unknown:
                 raise CommitStateUnknownError(built.snapshot_id, unknown.reason) from unknown
@@ -270,10 +217,20 @@ class Commit:
                 self._options.progress,
                 self._options.piece_runner,
                 self._handle.structure_of(self.base.snapshot_id),
+                while_writing=self._read_state,
             )
         except NotFoundError as missing:
             self._stale_if_collected(missing)
             raise
+
+    def _read_state(self) -> None:
+        """Read the state to swap while the build's last objects are written: on object
+        storage its three round trips (hint, probe, check) overlap their one."""
+        self._state_read = read_latest_state(self._handle.storage)
+
+    def _take_state_read(self) -> State | None:
+        state, self._state_read = self._state_read, None
+        return state
 
     def _stale_if_collected(self, missing: NotFoundError) -> None:
         """An object this commit reads (a staged ref file, a chunk file) is gone: when a GC

@@ -71,13 +71,15 @@ def build_snapshot(
     progress: Progress | None = None,
     piece_runner: PieceRunner | None = None,
     base_structure: StructureTables | None = None,
+    while_writing: Callable[[], None] | None = None,
 ) -> BuiltSnapshot:
     """Write a snapshot's files; ``chunk_stats`` (node id -> statistics of chunks written in
     the session, see ``format.manifest.attach_stats``) become ``stat_*`` manifest columns.
     ``progress`` hears one stage per batch of manifests written. ``piece_runner`` writes the
     pieces of split arrays whose refs are staged (default: here, a few at a time).
     ``base_structure``: the tables ``base``'s structure file was written from, if at hand
-    (unchanged nodes' rows are copied from them)."""
+    (unchanged nodes' rows are copied from them). ``while_writing`` runs while the last
+    objects are written (the caller's reads, side by side with them)."""
     stats = chunk_stats or {}
     nodes = current_nodes(base, changes)
     arrays = {n.id: n for n in nodes.values() if n.type == "array"}
@@ -157,7 +159,11 @@ def build_snapshot(
         objects[attributes_key(attrs_id)] = lambda: encode_attributes_table(attributes)
     for key, encode in objects.items():
         deferred.put(key, encode)
-    deferred.wait()
+    try:
+        if while_writing is not None:
+            while_writing()
+    finally:
+        deferred.wait()  # whatever happens, nothing is still being written on return
     for manifest_id, table in deferred.tables.items():
         base.manifest_cache.remember(manifest_id, table)
     written.extend(objects)  # manifests are listed already

@@ -23,6 +23,7 @@ from ..storage import Storage, open_storage
 from .chunk_reads import read_ref, read_ref_async
 from .config import RepositoryConfig
 from .containers import Authorization
+from .hints import HintWriter
 from .preload import start_preload
 from .refs import initial_state, publish_state, read_latest_state
 from .snapshot import ChunkRef, ManifestCache, SnapshotView, ViewCache
@@ -53,6 +54,7 @@ class RepoHandle:
         self.pool = ThreadPoolExecutor(
             max_workers=self.config.max_concurrent_writes, thread_name_prefix="icechunk-io"
         )
+        self.hints = HintWriter(storage, self.pool)
         self.virtual_reader = VirtualReader(
             self.config.virtual_chunk_containers,
             self._authorized,

@@ -46,6 +46,7 @@ from ..format.structure_encode import encode_structure
 from ..retry import CAS_BACKOFF
 from ..storage import Storage
 from .branches import DEFAULT_BRANCH
+from .hints import HintWriter
 
 MAX_CAS_ATTEMPTS = 100
 # Attempts at creating one state file when storage fails or answers ambiguously.
@@ -103,8 +104,9 @@ def _read_newest_listed(storage: Storage) -> State:
     return decode_state(storage.get(keys[-1]), keys[-1])
 
 
-def publish_state(storage: Storage, state: State) -> bool:
+def publish_state(storage: Storage, state: State, hints: HintWriter | None = None) -> bool:
     """Try to commit ``state`` as its generation. ``False`` when another writer won it.
+    ``hints``: write the hint behind the commit, on the I/O threads (default: here, now).
 
     Raises:
         CommitStateUnknownError: storage failed on every attempt and on every read-back, so
@@ -116,6 +118,9 @@ def publish_state(storage: Storage, state: State) -> bool:
     # The commit happened above; the hint is best effort (a newer one may already be there, and
     # readers probe forward from any generation), so its failure must not undo the commit,
     # nor need it survive a crash (read_hint takes an empty or torn one as missing).
+    if hints is not None:
+        hints.write(state.generation, data)
+        return True
     with contextlib.suppress(StorageError):
         storage.put_best_effort(HINT_KEY, data)
     return True

@@ -14,7 +14,8 @@ from ..progress import Progress
 from ..splitting import ManifestConfig
 from .base_session import BaseSession
 from .changes import ChangeSet
-from .commit import Commit, CommitOptions
+from .commit import Commit
+from .commit_options import CommitOptions
 from .conflicts import OnConflict
 from .fork_merge import merge_forks
 from .forks import ForkLedger, ForkSession, check_forks_merged, make_fork

@@ -17,6 +17,12 @@ def open_repo(backend: Any, **kwargs: Any) -> Repository:
     return Repository.open(backend.url, storage_options=backend.options, **kwargs)
 
 
+def hints_written(repo: Repository) -> None:
+    """Wait until the hints of ``repo``'s commits are written (they follow each commit on
+    its I/O threads): a test that damages or plants a hint must not race a late one."""
+    assert repo.handle.hints.wait(30), "a hint write is stuck"
+
+
 def repo_with_byte_array(backend: Any, length: int) -> Repository:
     """A new repository whose first commit holds ``/a``: ``length`` one-byte chunks."""
     repo = create_repo(backend)

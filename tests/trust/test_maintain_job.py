@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from icechunk_spark import Repository
+from tests.support.helpers import hints_written
 
 ROOT = Path(__file__).resolve().parents[2]
 BIG = b"x" * 64
@@ -40,6 +41,7 @@ def _repo_with_history(tmp_path: Path) -> Repository:
             session.create_array("/a", shape=(4,), chunk_shape=(1,), dtype="uint8")
         session.set_chunk("/a", (i,), BIG)
         session.commit(f"write {i}")
+    hints_written(repo)  # no hint write of ours lands while a test looks at the files
     return repo
 
 

@@ -13,9 +13,10 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 
 from icechunk_spark import Repository
-from icechunk_spark.core.refs import read_latest_state
+from icechunk_spark.core.refs import read_hint, read_latest_state
 from icechunk_spark.format.keys import HINT_KEY, STATE_PREFIX, state_key
 from tests.support.faults import FaultyStorage, Rule
+from tests.support.helpers import hints_written
 from tests.trust.conftest import create
 
 
@@ -31,19 +32,22 @@ def test_stalled_hint_writer_after_gc_loses_nothing(faulty):
     session.create_array("/a", shape=(8,), chunk_shape=(1,), dtype="uint8")
     session.commit("create /a")
 
+    hints_written(repo)
     reached, release = faulty.hold("put", "icechunk.json")
     stalled: list[str] = []
-    writer = threading.Thread(target=lambda: stalled.append(_commit(repo, 0)))
-    writer.start()
+    # A handle of its own, as another process has: this one's later hints would otherwise
+    # take the stalled one's place (a handle writes only its newest hint).
+    stalled_repo = Repository.open(faulty)
+    stalled.append(_commit(stalled_repo, 0))  # returns: its hint is written behind it
     assert reached.wait(30)  # t/<g> exists; the hint is not written yet
 
     others = [_commit(repo, c) for c in (1, 2, 3)]
     time.sleep(faulty.mtime_resolution_ms / 1000 + 0.05)  # the state files age past the cut-off
     summary = repo.garbage_collect(datetime.now(UTC) + timedelta(seconds=2))
     assert summary.state_files_deleted >= 4
+    hints_written(repo)
     release.set()  # the stalled writer now puts back its old hint
-    writer.join(30)
-    assert stalled, "the stalled commit failed"
+    hints_written(stalled_repo)
 
     fresh = Repository.open(faulty.inner)
     assert fresh.lookup_branch("main") == others[-1]
@@ -73,6 +77,7 @@ def test_a_reader_overtaken_by_gc_between_two_probes_finds_the_latest(faulty):
     old = repo.state().generation
     old_hint = faulty.inner.get(state_key(old))
     tips = [_commit(repo, c) for c in (1, 2, 3, 4)]
+    hints_written(repo)
     faulty.inner.put(HINT_KEY, old_hint)  # a stalled writer puts back its old hint
 
     overtaken = state_key(old + 2)
@@ -127,12 +132,60 @@ def test_a_hint_a_crash_left_empty_or_torn_is_read_as_missing(faulty):
     session.create_array("/a", shape=(8,), chunk_shape=(1,), dtype="uint8")
     session.commit("create /a")
     landed = [_commit(repo, 0)]
+    hints_written(repo)
     whole = faulty.inner.get(HINT_KEY)
     for coord, damaged in enumerate((b"", whole[: len(whole) // 2]), start=1):
         faulty.inner.put(HINT_KEY, damaged)
         fresh = Repository.open(faulty.inner)
         assert fresh.lookup_branch("main") == landed[-1]
         landed.append(_commit(fresh, coord))
+        hints_written(fresh)
         assert [s.id for s in fresh.ancestry(branch="main")][: coord + 1] == landed[::-1]
     reader = Repository.open(faulty.inner).readonly_session()
     assert [reader.get_chunk("/a", (i,)) for i in range(3)] == [bytes([i]) for i in range(3)]
+
+
+def test_a_commit_returns_before_its_hint_and_readers_find_it_all_the_same(faulty):
+    """The hint follows a commit on the I/O threads: the commit is complete once ``t/<g>``
+    exists. While a hint write hangs, readers probe past the old hint, later commits of the
+    handle wait behind it as one newest hint, and the hint never goes back a generation."""
+    repo = create(faulty)
+    session = repo.writable_session()
+    session.create_array("/a", shape=(8,), chunk_shape=(1,), dtype="uint8")
+    session.commit("create /a")
+    hints_written(repo)
+    hints: list[int] = []  # each hint write, by the generation the hint named before it
+    reached, release = threading.Event(), threading.Event()
+
+    def count_and_hold_the_first(call: Callable[[], object]) -> object:
+        hints.append(_hinted(faulty))
+        if len(hints) == 1:
+            reached.set()
+            release.wait()
+        return call()
+
+    faulty._add(Rule("put", HINT_KEY, count_and_hold_the_first, times=99))
+    landed: list[str] = []
+    writer = threading.Thread(target=lambda: landed.append(_commit(repo, 1)))
+    writer.start()
+    try:
+        assert reached.wait(30)
+        writer.join(10)
+        assert landed and not repo.handle.hints.wait(0), "the commit waited for its hint"
+        assert Repository.open(faulty.inner).lookup_branch("main") == landed[0]
+        later = [_commit(repo, c) for c in (2, 3, 4)]
+        assert Repository.open(faulty.inner).lookup_branch("main") == later[-1]
+    finally:
+        release.set()
+        writer.join(30)
+    hints_written(repo)
+    newest = repo.state().generation
+    assert read_hint(faulty.inner).generation == newest  # type: ignore[union-attr]
+    assert len(hints) == 2  # the held one, then the newest of the three waiting behind it
+    reader = Repository.open(faulty.inner).readonly_session()
+    assert [reader.get_chunk("/a", (i,)) for i in range(1, 5)] == [bytes([i]) for i in (1, 2, 3, 4)]
+
+
+def _hinted(storage: FaultyStorage) -> int:
+    hint = read_hint(storage.inner)
+    return -1 if hint is None else hint.generation
