@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -35,9 +35,12 @@ class LocalStorage(Storage):
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).absolute()
         self.url = self.root.as_uri()
+        self._root = str(self.root)
 
-    def _path(self, key: str) -> Path:
-        return self.root / key
+    def _path(self, key: str) -> str:
+        # A string, not a Path: pathlib costs tens of microseconds a write, and a small
+        # commit makes five of them.
+        return f"{self._root}/{key}"
 
     def get(self, key: str) -> bytes:
         try:
@@ -59,19 +62,25 @@ class LocalStorage(Storage):
             raise self._failure(exc, f"reading {key!r}") from exc
 
     def _write_temp(self, key: str, data: bytes, durable: bool = True) -> str:
-        folder = self._path(key).parent
+        folder = os.path.dirname(self._path(key))
         _make_folders(folder)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=_TEMP_PREFIX)
+        # Not tempfile.mkstemp: its name generator costs more than the write of a small
+        # object here (0.21 ms against 0.15 ms); a random name made once is as unique.
+        # Mode 0o666 under the umask, as any file: readable by those the folder allows.
+        tmp = f"{folder}/{_TEMP_PREFIX}{secrets.token_hex(8)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                if durable:
-                    f.flush()
-                    os.fsync(f.fileno())
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
         except BaseException:
+            os.close(fd)
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+        os.close(fd)
         return tmp
 
     def put(self, key: str, data: bytes) -> None:
@@ -79,7 +88,7 @@ class LocalStorage(Storage):
             tmp = self._write_temp(key, data)
             path = self._path(key)
             os.replace(tmp, path)
-            _fsync_folder(path.parent)
+            _fsync_folder(os.path.dirname(path))
         except OSError as exc:
             raise self._failure(exc, f"writing {key!r}") from exc
 
@@ -109,7 +118,7 @@ class LocalStorage(Storage):
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         try:
-            _fsync_folder(path.parent)
+            _fsync_folder(os.path.dirname(path))
         except OSError as exc:
             raise self._failure(exc, f"creating {key!r}") from exc
         return True
@@ -157,7 +166,7 @@ class LocalStorage(Storage):
                 raise self._failure(exc, f"deleting {key!r}") from exc
 
     def exists(self, key: str) -> bool:
-        return self._path(key).is_file()
+        return os.path.isfile(self._path(key))
 
     def _failure(self, exc: OSError, describe: str) -> StorageError:
         """One sentence naming the repository and what to check (no raw errno text)."""
@@ -178,23 +187,23 @@ class LocalStorage(Storage):
         )
 
 
-def _make_folders(folder: Path) -> None:
+def _make_folders(folder: str) -> None:
     """Create ``folder`` and its missing parents, each durably (its parent fsync'ed)."""
-    if folder.is_dir():
+    if os.path.isdir(folder):
         return
     missing = []
     cursor = folder
-    while not cursor.is_dir():
+    while not os.path.isdir(cursor):
         missing.append(cursor)
-        cursor = cursor.parent
+        cursor = os.path.dirname(cursor)
     for path in reversed(missing):
         # Made by another writer meanwhile? Its entry may not be durable yet: fsync anyway.
         with contextlib.suppress(FileExistsError):
-            path.mkdir()
-        _fsync_folder(path.parent)
+            os.mkdir(path)
+        _fsync_folder(os.path.dirname(path))
 
 
-def _fsync_folder(folder: Path) -> None:
+def _fsync_folder(folder: str) -> None:
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
