@@ -32,6 +32,13 @@ _TEMP_PREFIX = ".tmp-"  # a write in progress (or one a crash interrupted)
 
 
 class LocalStorage(Storage):
+    # File times come from the kernel's clock tick (up to 10 ms, at HZ=100), not the fine
+    # clock: since Linux 6.13 (multigrain timestamps) a file no one has stat'ed since its last
+    # write carries the time of the last tick, a few ms before the write. GC must take such
+    # a time as "written within the next tick" or it would delete a file written after its
+    # cut-off.
+    mtime_resolution_ms = 10
+
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).absolute()
         self.url = self.root.as_uri()
