@@ -4,14 +4,16 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from icechunk_spark import Repository
 from icechunk_spark.core import manifest_writes
+from icechunk_spark.core.waiters import WAITERS_PREFIX
 from icechunk_spark.format.keys import HINT_KEY
-from icechunk_spark.storage import Storage, open_storage
+from icechunk_spark.storage import ObjectInfo, Storage, open_storage
 from tests.support.counting import CountingStorage
 
 
@@ -53,22 +55,29 @@ def test_a_small_commit_writes_its_manifest_structure_and_log_in_one_round(
 
 
 class MeetingStateRead(MeetingPuts):
-    """``MeetingPuts``, and the state read (its first request, the hint) joins the meeting."""
+    """``MeetingPuts``, and the state read (its first request, the hint) and the listing of
+    the branch's waiters join the meeting."""
 
     def get(self, key: str) -> bytes:
         if self.meeting is not None and key == HINT_KEY:
             self.meeting.wait()
         return super().get(key)
 
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        if self.meeting is not None and prefix.startswith(WAITERS_PREFIX):
+            self.meeting.wait()
+        return super().list(prefix)
+
 
 def test_a_small_commit_reads_the_state_while_its_objects_are_written(tmp_path: Path) -> None:
-    # On object storage the state read is three round trips (hint, probe, check); made after
-    # the writes they would add to the commit's latency instead of overlapping it.
+    # On object storage the state read is three round trips (hint, probe, check) and the
+    # waiters' listing one; made after the writes they would add to the commit's latency
+    # instead of overlapping it.
     storage = MeetingStateRead(open_storage(tmp_path.as_uri()))
     repo = _repository(storage)
     session = repo.writable_session()
     session.set_chunk("/a", (1,), b"\1")
-    storage.meeting = threading.Barrier(4, timeout=10)  # broken (an error) if one waits alone
+    storage.meeting = threading.Barrier(5, timeout=10)  # broken (an error) if one waits alone
     snapshot = session.commit("one chunk")
     storage.meeting = None
     assert Repository.open(storage.inner).lookup_branch("main") == snapshot

@@ -32,6 +32,7 @@ are orphans that garbage collection removes. How a commit is made besides its ch
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -131,8 +132,16 @@ class Commit:
         if self._options.amend:  # refused before anything is written
             check_amendable(read_latest_state(storage), self._branch, self.base.snapshot_id)
         turns = TurnTaking(storage, self._branch)
+
+        def first_look() -> None:
+            # The waiters' first listing goes beside the first read of the state, and both
+            # beside the build's last writes: on object storage an uncontended commit waits
+            # for one round of them, not for each in turn.
+            turns.look_ahead(self._handle.pool)
+            self._read_state()
+
         try:
-            built = self._build()
+            built = self._build(first_look)
             return self._land(built, turns)
         finally:
             turns.leave()
@@ -142,12 +151,11 @@ class Commit:
         a lost round the commit waits its turn among the branch's waiters (``waiters``)."""
         storage, policy = self._handle.storage, self._options.policy
         rebases = lost_races = 0
-        # The first look at the waiters goes side by side with the first read of the state:
-        # an uncontended commit on object storage waits for no round trip of its own.
-        # An amend never rebases: waiting in line it must not move onto a commit landing
-        # meanwhile (it would replace that one); at its turn check_amendable refuses.
+        # The first look at the waiters and the first state were read during the build
+        # (``run``'s first_look). An amend never rebases: waiting in line it must not move
+        # onto a commit landing meanwhile (it would replace that one); at its turn
+        # check_amendable refuses.
         catch_up = None if self._options.amend else self._catch_up
-        turns.look_ahead(self._handle.pool)
         first: State | None = self._take_state_read() or read_latest_state(storage)
         in_turn = turns.take_turn(lost=False, when_next=catch_up)
         if turns.queued:
@@ -197,15 +205,17 @@ class Commit:
             f"commits and {lost_races} lost races; the branch is too busy, retry later"
         )
 
-    def _build(self) -> BuiltSnapshot:
-        built = self._build_snapshot()
+    def _build(self, while_writing: Callable[[], None] | None = None) -> BuiltSnapshot:
+        """Build on ``base``; ``while_writing`` (default: reading the state to swap) runs while
+        the last objects are written."""
+        built = self._build_snapshot(while_writing or self._read_state)
         if self._options.amend:  # the log must say what changed since the new parent
             storage, key = self._handle.storage, txlog_key(built.snapshot_id)
             own = storage.get(key)
             storage.put(key, merged_txlog(storage, [self.base.snapshot_id], extra=own))
         return built
 
-    def _build_snapshot(self) -> BuiltSnapshot:
+    def _build_snapshot(self, while_writing: Callable[[], None]) -> BuiltSnapshot:
         try:
             return build_snapshot(
                 self._handle.storage,
@@ -217,7 +227,7 @@ class Commit:
                 self._options.progress,
                 self._options.piece_runner,
                 self._handle.structure_of(self.base.snapshot_id),
-                while_writing=self._read_state,
+                while_writing=while_writing,
             )
         except NotFoundError as missing:
             self._stale_if_collected(missing)
