@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -95,6 +96,7 @@ def main() -> None:
         p.stat().st_size for p in Path(path, "manifests").rglob("*") if p.is_file()
     )
 
+    os.sync()  # as bench_splitting.py: the build's writes reach the disk before any timer
     # The same warm-up as bench_splitting.py: one zarr read of `lat`, from another open.
     warm = ic.Repository.open(ic.local_filesystem_storage(path), config(args.split))
     zarr.open_array(warm.readonly_session("main").store, path="lat", mode="r")[:]
