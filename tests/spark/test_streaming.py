@@ -303,6 +303,12 @@ def test_a_killed_driver_restarted_from_its_checkpoint_appends_every_batch_exact
     driver = start_driver(url, folder, checkpoint, "forever", log, "absolute")
     try:
         wait_for_new_commit(repo, seen, driver, timeout=300, log=log, done=all_landed)
+        # Spark logs the batch as done a little after its commit lands (under load, more than
+        # 0.1 s): the kill is meant for a later batch, so wait for that entry first.
+        deadline = time.monotonic() + 60
+        while newest_entry(checkpoint, "commits") is None and driver.poll() is None:
+            assert time.monotonic() < deadline, "Spark never logged the first batch as done"
+            time.sleep(0.02)
         time.sleep(rng.uniform(0.0, 1.5))  # a random point in a later batch
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
