@@ -16,7 +16,12 @@ def bounded_map(
     """``pool.map`` with at most ``limit`` calls in flight (all at once when ``None``).
 
     Results come in order; each window of ``limit`` items finishes before the next starts.
+    One item runs on the calling thread: handing it to the pool and waiting costs a switch of
+    the interpreter lock both ways (~0.3 ms of a small commit's ~7).
     """
+    if len(items) == 1:
+        yield fn(items[0])
+        return
     if limit is None:
         yield from pool.map(fn, items)
         return

@@ -133,14 +133,20 @@ def _assemble_table(
     picks: list[int],
     manifest_picks: list[int],
 ) -> pa.Table:
-    fresh = pa.Table.from_pylist(rows, schema=_ROW_SCHEMA)
     fresh_manifests = pa.chunked_array([pa.array(manifests, MANIFESTS_TYPE)], MANIFESTS_TYPE)
-    columns = [*fresh.columns, fresh_manifests]
-    if previous is not None and (len(rows) < len(picks) or len(manifests) < len(picks)):
-        old = previous.structure.columns
-        row_runs = _runs(picks)
+    if previous is None or (len(rows) == len(picks) and len(manifests) == len(picks)):
+        fresh = pa.Table.from_pylist(rows, schema=_ROW_SCHEMA)
+        return pa.Table.from_arrays([*fresh.columns, fresh_manifests], schema=STRUCTURE_SCHEMA)
+    old = previous.structure.columns
+    row_runs = _runs(picks)
+    if rows:
+        fresh = pa.Table.from_pylist(rows, schema=_ROW_SCHEMA)
         columns = [_assemble(o, f, row_runs) for o, f in zip(old[:-1], fresh.columns, strict=True)]
-        columns.append(_assemble(old[-1], fresh_manifests, _runs(manifest_picks)))
+    elif row_runs == [(True, 0, previous.structure.num_rows)]:
+        columns = old[:-1]  # every node's row as it was (a commit that changed only chunks)
+    else:
+        columns = [_assemble(o, o, row_runs) for o in old[:-1]]  # no fresh row is picked
+    columns.append(_assemble(old[-1], fresh_manifests, _runs(manifest_picks)))
     return pa.Table.from_arrays(columns, schema=STRUCTURE_SCHEMA)
 
 
