@@ -146,9 +146,7 @@ def main() -> None:
     session.set_chunk("/small7", (3,), b"\2" * 80)
     small_s, _ = timed(lambda: session.commit("one chunk of one small array"))
     written = sum(i.size for i in storage.list("m/")) - total_bytes
-    small_again_s = statistics.median(
-        small_commit(repo, k) for k in range(SMALL_COMMITS_AGAIN)
-    )
+    small_again_s = statistics.median(small_commit(repo, k) for k in range(SMALL_COMMITS_AGAIN))
 
     # Both sides time setting the step's refs and the commit; the refs are made before.
     session = repo.writable_session()
