@@ -112,13 +112,15 @@ def main() -> None:
     t0 = time.perf_counter()
     session.commit("one chunk of one small array")
     small_ms = (time.perf_counter() - t0) * 1000
-    again = []
+    again, again_cpu = [], []
     for k in range(20):  # bench_splitting.SMALL_COMMITS_AGAIN, each a session of its own
         session = repo.writable_session("main")
         zarr.open_array(session.store, path="small7")[(k % 10) * 10 : (k % 10 + 1) * 10] = k
+        cpu = time.process_time()
         t0 = time.perf_counter()
         session.commit(f"small commit {k}")
         again.append((time.perf_counter() - t0) * 1000)
+        again_cpu.append((time.process_time() - cpu) * 1000)
     small_again_ms = statistics.median(again)
 
     session = repo.writable_session("main")
@@ -141,6 +143,7 @@ def main() -> None:
                 "cold_read_time_ms": cold_ms,
                 "small_commit_ms": small_ms,
                 "small_commit_again_ms": small_again_ms,
+                "small_commit_again_cpu_ms": statistics.median(again_cpu),
                 "append_ms": append_ms,
                 "append_commit_ms": append_commit_ms,
             }
