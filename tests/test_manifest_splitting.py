@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from icechunk_spark import Repository
+from icechunk_spark.core.manifest_writes import Span
 from icechunk_spark.storage import open_storage
 from tests.support.counting import CountingStorage
 
@@ -223,3 +225,47 @@ def test_pieces_are_built_a_few_at_a_time_and_written_all(tmp_path, monkeypatch)
     assert most[0] == 2
     assert len(repo.readonly_session().get_node("/var").manifests) == 8
     assert repo.readonly_session().get_chunk("/var", (39, 1)) == b"v"
+
+
+def test_arrays_kept_from_two_old_manifests_are_packed_into_one(tmp_path):
+    # Bins of 6 refs: four arrays of 3 chunks take two manifests. Emptying one array of each
+    # puts the other two, unchanged, into one new manifest: their rows come from both.
+    config = {
+        "manifests": {
+            "chunk-manifests": {
+                "sets": [{"small": {"max-manifest-size": 6, "cardinality": None}}],
+                "rules": [{"path": ".*", "target": "small"}],
+            }
+        }
+    }
+    repo = Repository.create(tmp_path.as_uri(), config=config)
+    session = repo.writable_session()
+    for i in range(4):
+        session.create_array(f"/a{i}", shape=(3,), chunk_shape=(1,), dtype="int8")
+        for k in range(3):
+            session.set_chunk(f"/a{i}", (k,), f"{i}{k}".encode())
+    session.commit("four arrays")
+    first, second = (m.arrays for m in repo.manifests())
+    emptied, kept = (first[0], second[0]), (first[1], second[1])
+    session = repo.writable_session()
+    for path in emptied:
+        for k in range(3):
+            session.delete_chunk(path, (k,))
+    session.commit("empty one array of each manifest")
+
+    (manifest,) = repo.manifests()
+    assert sorted(manifest.arrays) == sorted(kept)
+    reader = repo.readonly_session()
+    for path in kept:
+        assert [reader.get_chunk(path, (k,)) for k in range(3)] == [
+            f"{path[2]}{k}".encode() for k in range(3)
+        ]
+    for path in emptied:
+        assert reader.get_chunk(path, (0,)) is None
+
+
+def test_a_span_of_manifest_rows_continues_only_a_span_of_the_same_table():
+    one, other = pa.table({"x": [1, 2, 3]}), pa.table({"x": [1, 2, 3]})
+    assert Span(one, 0, 2).continued_by(Span(one, 2, 3))
+    assert not Span(one, 0, 2).continued_by(Span(other, 2, 3))
+    assert not Span(one, 0, 1).continued_by(Span(one, 2, 3))

@@ -10,14 +10,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future, wait
+from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..format.ids import new_object_id
 from ..format.keys import manifest_key
 from ..format.locations import same_location_types
 from ..format.manifest import (
+    array_row_spans,
     conform_refs,
     encode_manifest,
     encode_manifest_rows,
@@ -71,26 +72,32 @@ def write_packed_manifests(
 
     def write_one(manifest: PlannedManifest) -> list[tuple[int, ManifestRef]]:
         manifest_id = new_object_id()
-        tables, out = [], []
         ids = sorted(manifest.array_ids)
-        kept = carried.take(ids, manifest_id, manifest.set_name) if carried else ([], [])
-        tables.extend(kept[0])
-        out.extend(kept[1])
-        done = {node_id for node_id, _ in kept[1]}
+        spans = carried.spans(ids) if carried else {}
+        # Arrays in id order, each sorted by coord: the manifest order. Carried arrays side by
+        # side in an old manifest are one slice of it, so the parts need no sort (a change to
+        # one of 50 arrays sharing a manifest: two slices and that array's rows).
+        parts: list[pa.Table | Span] = []
+        out = []
         for node_id in ids:
-            if node_id in done:
-                continue
-            refs = refs_for(node_id)
-            if refs.num_rows == 0:
-                continue
-            tables.append(with_array_id(refs.table, node_id))
-            ref = ManifestRef(manifest_id, refs.extent(), refs.num_rows, manifest.set_name)
+            carried_here = spans.get(node_id)
+            if carried_here is not None:
+                span, old = carried_here
+                ref = ManifestRef(manifest_id, old.extent, old.ref_count, manifest.set_name)
+                if parts and isinstance(parts[-1], Span) and parts[-1].continued_by(span):
+                    parts[-1] = Span(span.table, parts[-1].start, span.stop)
+                else:
+                    parts.append(span)
+            else:
+                refs = refs_for(node_id)
+                if refs.num_rows == 0:
+                    continue
+                parts.append(with_array_id(refs.table, node_id))
+                ref = ManifestRef(manifest_id, refs.extent(), refs.num_rows, manifest.set_name)
             out.append((node_id, ref))
-        if tables:
+        if parts:
+            tables = [p.rows() if isinstance(p, Span) else p for p in parts]
             table = pa.concat_tables(same_location_types(tables), promote_options="permissive")
-            if kept[0]:  # blocks of whole arrays: a stable sort by array keeps coord order
-                table = table.take(pc.sort_indices(table, [("array_id", "ascending")]))
-            # Arrays in id order, each sorted by coord (merge_refs): the manifest order.
             rows = manifest_rows(table, presorted=True)
             key = manifest_key(manifest_id)
             if deferred is None or not deferred.take_manifest(manifest_id, key, rows):
@@ -162,8 +169,9 @@ class DeferredPuts:
 
 
 class Carried:
-    """Unchanged arrays whose refs all sit in one old manifest: their rows are copied from it
-    in one filter per old manifest, their manifest refs copied with the new manifest's id."""
+    """Unchanged arrays whose refs all sit in one old manifest: their rows are slices of it
+    (found by binary search on its sorted ``array_id``), their manifest refs copied with the
+    new manifest's id."""
 
     def __init__(
         self, refs: Mapping[int, ManifestRef], manifest_table: Callable[[str], pa.Table]
@@ -174,24 +182,32 @@ class Carried:
     def __bool__(self) -> bool:
         return bool(self._refs)
 
-    def take(
-        self, node_ids: Sequence[int], manifest_id: str, set_name: str
-    ) -> tuple[list[pa.Table], list[tuple[int, ManifestRef]]]:
+    def spans(self, node_ids: Sequence[int]) -> dict[int, tuple[Span, ManifestRef]]:
+        """Where the carried arrays among ``node_ids`` sit in their old manifests, beside
+        their refs to those."""
         by_source: dict[str, list[int]] = {}
         for node_id in node_ids:
             old = self._refs.get(node_id)
             if old is not None:
                 by_source.setdefault(old.manifest_id, []).append(node_id)
-        tables = []
+        out = {}
         for source, ids in by_source.items():
             table = self._table(source)
-            wanted = pa.array(ids, pa.uint64())
-            tables.append(table.filter(pc.is_in(table.column("array_id"), wanted)))
-        # Built directly, not with dataclasses.replace: ~10 us each, for every array carried.
-        refs = [
-            (i, ManifestRef(manifest_id, old.extent, old.ref_count, set_name))
-            for ids in by_source.values()
-            for i in ids
-            for old in (self._refs[i],)
-        ]
-        return tables, refs
+            for node_id, (start, stop) in zip(ids, array_row_spans(table, ids), strict=True):
+                out[node_id] = (Span(table, start, stop), self._refs[node_id])
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Rows ``[start, stop)`` of a manifest table."""
+
+    table: pa.Table
+    start: int
+    stop: int
+
+    def continued_by(self, other: Span) -> bool:
+        return other.table is self.table and other.start == self.stop
+
+    def rows(self) -> pa.Table:
+        return self.table.slice(self.start, self.stop - self.start)

@@ -250,6 +250,16 @@ def _array_ids(column: pa.ChunkedArray) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
+def array_row_spans(manifest: pa.Table, array_ids: Sequence[int]) -> list[tuple[int, int]]:
+    """Per array id, its rows ``[start, stop)`` in ``manifest`` (empty where it has none): one
+    binary search each, since manifests are sorted by array id."""
+    ids_np = _array_ids(manifest.column("array_id"))
+    wanted = np.asarray(array_ids, dtype=np.uint64)
+    starts = np.searchsorted(ids_np, wanted, side="left").tolist()
+    stops = np.searchsorted(ids_np, wanted, side="right").tolist()
+    return list(zip(starts, stops, strict=True))
+
+
 def refs_of_array(manifest: pa.Table, array_id: int) -> pa.Table:
     """The rows of one array; a binary search, since manifests are sorted by array id."""
     if manifest.num_rows == 0:
