@@ -1,0 +1,106 @@
+"""Where a small commit's time goes on local disk: wall time beside CPU time, per commit.
+
+    .venv/bin/python bench/bench_small_commits.py [--refs 100000] [--commits 300]
+
+The repository of ``bench_splitting.py`` (its big variable at ``--refs`` refs: a small commit
+does not touch it), then ``--commits`` commits each changing one chunk of `small7` in a session
+of its own, the chunk set before the timer. Per commit: wall time (median and quartiles), CPU
+time of the whole process and of the calling thread during the commit, and over the whole run
+user and system CPU and context switches (sessions included). On 2 cores, wall time below half
+the process's CPU time is out of reach; the calling thread's CPU is the part nothing overlaps.
+
+For where the CPU goes, run it under a sampling profiler, e.g.::
+
+    perf record -e cpu-clock -F 2000 -o /tmp/perf.data -- \\
+        .venv/bin/python bench/bench_small_commits.py
+    perf report -i /tmp/perf.data --sort dso --stdio
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bench_splitting import build
+from bench.common import print_table
+from icechunk_spark import Repository
+
+WARM_UP = 10
+
+
+def small_commit(repo: Repository, k: int) -> tuple[float, float, float]:
+    """(wall, process CPU, calling thread's CPU) seconds of one small commit."""
+    session = repo.writable_session()
+    session.set_chunk("/small7", (k % 10,), bytes([k % 256]) * 80)
+    wall, cpu, own = time.perf_counter(), time.process_time(), time.thread_time()
+    session.commit(f"small commit {k}")
+    return (
+        time.perf_counter() - wall,
+        time.process_time() - cpu,
+        time.thread_time() - own,
+    )
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    q1, median, q3 = statistics.quantiles(values, n=4)
+    return q1 * 1000, median * 1000, q3 * 1000
+
+
+def median_ms(runs: list[tuple[float, float, float]], field: int) -> float:
+    return statistics.median(r[field] for r in runs) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--refs", type=int, default=100_000)
+    parser.add_argument("--commits", type=int, default=300)
+    args = parser.parse_args()
+    url = Path(tempfile.mkdtemp(prefix="bench-small-")).as_uri()
+    build(url, args.refs)
+    os.sync()  # no commit's fsync waits for the build's writeback
+    repo = Repository.open(url)
+    for k in range(WARM_UP):
+        small_commit(repo, k)
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    runs = [small_commit(repo, k) for k in range(args.commits)]
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    n: int = args.commits
+
+    def per_commit(field: str) -> float:
+        return float(getattr(after, field) - getattr(before, field)) / n
+
+    wall = quartiles([r[0] for r in runs])
+    print_table(
+        f"{n} small commits, a session each, local disk (bench_splitting's repository, "
+        f"{args.refs:,} refs in its big variable)",
+        ["figure", "value"],
+        [
+            ["wall time of a commit: median ms", wall[1]],
+            ["  quartiles ms", f"{wall[0]:.2f} - {wall[2]:.2f}"],
+            [
+                "CPU time of the process during a commit: median ms",
+                quartiles([r[1] for r in runs])[1],
+            ],
+            ["  of which the calling thread: median ms", median_ms(runs, 2)],
+            ["wall time, first tenth of the commits: median ms", median_ms(runs[: n // 10], 0)],
+            ["  last tenth (a longer history in the state file)", median_ms(runs[-n // 10 :], 0)],
+            ["whole run per commit, sessions included: user CPU ms", per_commit("ru_utime") * 1000],
+            ["  system CPU ms", per_commit("ru_stime") * 1000],
+            ["  voluntary context switches", per_commit("ru_nvcsw")],
+            ["  involuntary context switches", per_commit("ru_nivcsw")],
+        ],
+    )
+
+
+if __name__ == "__main__":
+    main()
