@@ -13,7 +13,7 @@ from icechunk_spark import Repository
 from icechunk_spark.core.bulk_refs import merge_pending_in_bulk, pending_chunk_changes
 from icechunk_spark.core.changes import ArrayChanges, ChangeSet
 from icechunk_spark.core.coord_refs import CoordRefs
-from icechunk_spark.core.snapshot import ChunkRef
+from icechunk_spark.core.manifest_cache import ChunkRef
 from icechunk_spark.errors import InvalidInputError
 from icechunk_spark.format.coords import encode_coords
 from icechunk_spark.format.structure import Node, make_node

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from icechunk_spark import Repository
-from icechunk_spark.core.snapshot import ManifestCache
+from icechunk_spark.core.manifest_cache import ManifestCache
 from icechunk_spark.errors import HistoryExpiredError, HistoryRewrittenError, InvalidInputError
 from icechunk_spark.ops import feed
 from tests.trust.test_staged_refs import stage

@@ -1,4 +1,4 @@
-"""The cache of loaded manifests (core/snapshot.py ``_Loads``): bounded by a budget, least
+"""The cache of loaded manifests (core/manifest_cache.py ``_Loads``): bounded by a budget, least
 recently used dropped first, a load in flight never dropped, a failed load not counted."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from icechunk_spark.core.snapshot import _Loads
+from icechunk_spark.core.manifest_cache import _Loads
 
 
 def _cache(budget: int) -> _Loads[str, int]:

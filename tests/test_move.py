@@ -21,7 +21,7 @@ from icechunk_spark import (
     NotFoundError,
     Repository,
 )
-from icechunk_spark.core.snapshot import ManifestCache
+from icechunk_spark.core.manifest_cache import ManifestCache
 from icechunk_spark.ops import feed
 
 

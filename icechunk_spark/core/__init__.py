@@ -20,6 +20,7 @@ from .conflicts import ConflictPolicy
 from .containers import Authorization, normalize_prefix, resolve_target, resolve_url
 from .forks import ForkSession
 from .handle import RepoHandle
+from .manifest_cache import ChunkRef, ManifestCache
 from .refs import (
     ensure_writable,
     initial_state,
@@ -31,7 +32,7 @@ from .refs import (
 from .requirements import AssertNotCommitted, landed_once
 from .rewrite import check_unheld, merged_txlog, replacement, rewritten, run_below
 from .session import Session
-from .snapshot import ChunkRef, ManifestCache, ManifestInfo, SnapshotView, manifest_infos
+from .snapshot import ManifestInfo, SnapshotView, manifest_infos
 from .staged import STAGED_SCHEMA, StagedFile, StagedRefs, write_staged
 from .staged_writes import PieceRunner, PieceTask, write_piece_task
 from .virtual_reads import CoalesceSettings, VirtualReader, VirtualRequest, file_checksum

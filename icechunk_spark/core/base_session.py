@@ -28,9 +28,10 @@ from .changes import ChangeSet, ChangeSummary
 from .chunk_reads import naming_chunk
 from .chunk_writes import store_chunk, virtual_ref, write_statistics
 from .handle import RepoHandle
+from .manifest_cache import ChunkRef
 from .node_docs import array_doc, group_doc, grown_doc
 from .ref_tables import check_coord, ref_table
-from .snapshot import ChunkRef, SnapshotView
+from .snapshot import SnapshotView
 
 
 class BaseSession:

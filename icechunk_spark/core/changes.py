@@ -21,7 +21,7 @@ from ..format.coords import coord_keys, keys_to_coords
 from ..format.manifest import CONFORMED_REF_SCHEMA, conform_refs, with_array_id
 from ..format.merge import merge_refs
 from ..format.structure import Node
-from .snapshot import ChunkRef, row_ref
+from .manifest_cache import ChunkRef, row_ref
 from .staged import StagedRefs, union
 
 # A pending single-chunk change: a ref, or None for a deletion (a tombstone).

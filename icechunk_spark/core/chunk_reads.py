@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ..errors import TruncatedChunkError
 from ..format.keys import chunk_key
 from ..storage import Storage
-from .snapshot import ChunkRef
+from .manifest_cache import ChunkRef
 
 if TYPE_CHECKING:
     from .virtual_reads import VirtualReader

@@ -15,7 +15,7 @@ from ..format.structure import Node
 from ..storage import Storage
 from .config import RepositoryConfig
 from .containers import resolve_url
-from .snapshot import ChunkRef
+from .manifest_cache import ChunkRef
 
 
 def store_chunk(storage: Storage, config: RepositoryConfig, data: bytes) -> ChunkRef:

@@ -61,7 +61,8 @@ from . import overlay
 from .base_session import BaseSession
 from .changes import ChangeSet
 from .handle import RepoHandle
-from .snapshot import ChunkRef, SnapshotView
+from .manifest_cache import ChunkRef
+from .snapshot import SnapshotView
 
 if TYPE_CHECKING:
     from ..zarr_store import IcechunkStore

@@ -24,9 +24,10 @@ from .chunk_reads import read_ref, read_ref_async
 from .config import RepositoryConfig
 from .containers import Authorization
 from .hints import HintWriter
+from .manifest_cache import ChunkRef, ManifestCache
 from .preload import start_preload
 from .refs import initial_state, publish_state, read_latest_state
-from .snapshot import ChunkRef, ManifestCache, SnapshotView, ViewCache
+from .snapshot import SnapshotView, ViewCache
 from .virtual_reads import VirtualReader
 
 

@@ -13,7 +13,8 @@ from ..format.merge import merge_refs
 from ..format.structure import Node, make_node
 from ..storage import Storage
 from .changes import ChangeSet
-from .snapshot import ChunkRef, SnapshotView, row_ref
+from .manifest_cache import ChunkRef, row_ref
+from .snapshot import SnapshotView
 from .staged import read_staged
 
 

@@ -11,7 +11,8 @@ import logging
 import threading
 
 from ..splitting import Preload
-from .snapshot import ManifestCache, SnapshotView
+from .manifest_cache import ManifestCache
+from .snapshot import SnapshotView
 
 log = logging.getLogger(__name__)
 
