@@ -110,10 +110,18 @@ class SnapshotView:
     def array_refs(
         self, node: Node, wanted: Callable[[ManifestRef], bool] | None = None
     ) -> list[pa.Table]:
-        """The array's refs, one table per manifest piece (each sorted by coord)."""
-        return [
-            self.ref_index(node, m).table for m in node.manifests if wanted is None or wanted(m)
-        ]
+        """The array's refs, one table per manifest piece (each sorted by coord, as manifests
+        are written). Its rows of the manifest as they are, without building the piece's point
+        lookup index unless one exists: whole-array readers merge the tables and never look
+        up one coord (a small commit built one per commit, and threw it away with the view)."""
+        return [self._refs_in(node, m) for m in node.manifests if wanted is None or wanted(m)]
+
+    def _refs_in(self, node: Node, manifest: ManifestRef) -> pa.Table:
+        with self._lock:
+            index = self._indexes.get((node.id, manifest.manifest_id))
+        if index is not None:
+            return index.table
+        return refs_of_array(self._manifests.get(manifest.manifest_id), node.id)
 
     def children(self, path: str) -> Iterable[Node]:
         prefix = path.rstrip("/") + "/"

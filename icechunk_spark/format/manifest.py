@@ -90,6 +90,8 @@ def _is_conformed(schema: pa.Schema) -> bool:
     """Whether ``conform_refs`` would give a table of this schema back unchanged."""
     if schema.metadata or len(schema) < len(_CONFORMED_FIELDS):
         return False
+    if len(schema) == len(_CONFORMED_FIELDS):  # no statistics columns: one comparison
+        return bool(schema.equals(CONFORMED_REF_SCHEMA, check_metadata=True))
     return all(schema.field(i).equals(f) for i, f in enumerate(_CONFORMED_FIELDS)) and not any(
         schema.field(i).metadata for i in range(len(schema))
     )
