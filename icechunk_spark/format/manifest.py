@@ -158,6 +158,16 @@ def with_array_id(refs: pa.Table, array_id: int) -> pa.Table:
     )
 
 
+def has_tombstones(table: pa.Table) -> bool:
+    """Whether some row of ``table`` is a tombstone. A location column without nulls rules
+    them out with no pass over the rows (a commit's merge asks of every array it writes)."""
+    if table.num_rows == 0 or any(
+        table.column(name).null_count == 0 for name in ("inline_data", "chunk_id", "virtual_path")
+    ):
+        return False
+    return bool(pc.any(is_tombstone(table)).as_py())
+
+
 def is_tombstone(table: pa.Table) -> pa.ChunkedArray:
     return pc.and_(
         pc.and_(pc.is_null(table.column("inline_data")), pc.is_null(table.column("chunk_id"))),

@@ -10,11 +10,10 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..errors import RepeatedCoordError
 from .coords import coord_keys, key_coord
-from .manifest import conform_layers, conform_refs, empty_refs, is_tombstone
+from .manifest import conform_layers, conform_refs, empty_refs, has_tombstones, is_tombstone
 
 
 def merge_refs(
@@ -54,7 +53,7 @@ def sorted_alone(layers: Sequence[pa.Table], ndim: int, drop_tombstones: bool) -
     keys = coord_keys(single.column("coord"), ndim)
     if not bool(np.all(keys[1:] > keys[:-1])):
         return None
-    if drop_tombstones and pc.any(is_tombstone(single)).as_py():
+    if drop_tombstones and has_tombstones(single):
         return None
     return single
 
@@ -117,7 +116,7 @@ def merge_order(
     last = np.ones(len(order), dtype=bool)
     last[:-1] = ~repeated
     rows = order[last]
-    if drop_tombstones:
+    if drop_tombstones and has_tombstones(combined):
         rows = rows[~is_tombstone(combined).to_numpy()[rows]]
     return combined, rows
 

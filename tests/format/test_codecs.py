@@ -255,3 +255,21 @@ def test_object_ids_are_unique_and_url_safe():
     ids = {new_object_id() for _ in range(10_000)}
     assert len(ids) == 10_000
     assert all(len(i) == 20 and i.isalnum() for i in ids)
+
+
+def test_merge_refs_drops_a_tombstone_among_refs_of_every_kind():
+    # Every location column holds nulls here, so the merge must look at the rows themselves.
+    base = conform_refs(_layer([(0,), (1,), (2,)], [b"a", b"b", b"c"]))
+    kinds = pa.table(
+        {
+            "array_id": pa.array([1, 1, 1], pa.uint64()),
+            "coord": [encode_coord(c) for c in [(1,), (2,), (3,)]],
+            "chunk_id": pa.array(["C1", None, None], pa.string()),
+            "virtual_path": pa.array([None, None, "s3://b/f"], pa.string()),
+            "offset": pa.array([0, None, 0], pa.uint64()),
+            "length": pa.array([4, None, 4], pa.uint64()),
+        }
+    )
+    merged = merge_refs([base, kinds], 1)
+    assert [decode_coord(c) for c in merged.column("coord").to_pylist()] == [(0,), (1,), (3,)]
+    assert merged.column("chunk_id").to_pylist() == [None, "C1", None]
