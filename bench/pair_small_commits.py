@@ -1,0 +1,113 @@
+"""Two revisions of the package, the same small commits, paired in one process.
+
+    .venv/bin/python bench/pair_small_commits.py REV_A REV_B [--commits 200] [--refs 100000]
+
+This machine's speed changes by up to 2.5x over tens of minutes, so two runs minutes apart
+differ by more than most changes do. Here both revisions run side by side instead: each
+revision's ``icechunk_spark`` (``git archive``) is imported under a name of its own, each
+opens its own copy of bench_splitting's repository, and their small commits (one chunk of
+`small7`, a session each, the chunk set before the timer) alternate, A B B A A B..., so a
+slow phase slows both alike. Printed: each side's wall time (median, quartiles) and process
+CPU time per commit (all threads, tails of the other side's commit included alike), and the
+median of B/A over the pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import io
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bench_splitting import build
+from bench.common import print_table
+
+ROOT = Path(__file__).resolve().parent.parent
+WARM_UP = 10
+SETTLE_S = 0.004  # the hint a commit writes behind it lands before the next side's timer
+
+
+def import_revision(rev: str, name: str, into: Path) -> ModuleType:
+    """``icechunk_spark`` as of ``rev``, importable as ``name`` (its imports are relative)."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "icechunk_spark"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into / "src", filter="data")
+    shutil.move(into / "src" / "icechunk_spark", into / name)
+    sys.path.insert(0, str(into))
+    return importlib.import_module(name)
+
+
+def small_commit(repo: Any, k: int) -> tuple[float, float]:
+    session = repo.writable_session()
+    session.set_chunk("/small7", (k % 10,), bytes([k % 256]) * 80)
+    wall, cpu = time.perf_counter(), time.process_time()
+    session.commit(f"small commit {k}")
+    seconds = time.perf_counter() - wall
+    time.sleep(SETTLE_S)
+    return seconds, time.process_time() - cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("rev_a")
+    parser.add_argument("rev_b")
+    parser.add_argument("--commits", type=int, default=200)
+    parser.add_argument("--refs", type=int, default=100_000)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-pair-"))
+    modules = {
+        "A": import_revision(args.rev_a, "ics_rev_a", work / "a"),
+        "B": import_revision(args.rev_b, "ics_rev_b", work / "b"),
+    }
+    build((work / "built").as_uri(), args.refs)
+    repos = {}
+    for side, module in modules.items():
+        shutil.copytree(work / "built", work / f"repo-{side}")
+        repos[side] = module.Repository.open((work / f"repo-{side}").as_uri())
+    os.sync()  # no commit's fsync waits for the copies' writeback
+    for k in range(WARM_UP):
+        for side in "AB":
+            small_commit(repos[side], k)
+    runs: dict[str, list[tuple[float, float]]] = {"A": [], "B": []}
+    for k in range(args.commits):
+        for side in "AB" if (k // 2 + k) % 2 else "BA":
+            runs[side].append(small_commit(repos[side], k))
+
+    rows = []
+    for side, rev in (("A", args.rev_a), ("B", args.rev_b)):
+        q1, median, q3 = statistics.quantiles([wall for wall, _ in runs[side]], n=4)
+        cpu = statistics.median(c for _, c in runs[side])
+        rows.append(
+            [f"{side}: {rev}", median * 1000, f"{q1 * 1000:.2f} - {q3 * 1000:.2f}", cpu * 1000]
+        )
+    ratios = [b[0] / a[0] for a, b in zip(runs["A"], runs["B"], strict=True)]
+    print_table(
+        f"{args.commits} small commits per side, alternating in one process "
+        f"(bench_splitting's repository, {args.refs:,} refs in its big variable); "
+        f"B/A wall time per pair, median: {statistics.median(ratios):.3f}",
+        ["revision", "wall median ms", "quartiles ms", "process CPU median ms"],
+        rows,
+    )
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
