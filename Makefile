@@ -80,6 +80,7 @@ bench: $(STAMP)
 	-@$(MAKE) --no-print-directory $(ICECHUNK_VENV)/bin/python
 	$(BIN)/python bench/bench_engine.py
 	$(BIN)/python bench/bench_splitting.py
+	$(BIN)/python bench/bench_small_commits.py
 	$(BIN)/python bench/bench_zarr.py
 	$(BIN)/python bench/bench_dask_write.py
 	$(BIN)/python bench/bench_virtual.py --icechunk
