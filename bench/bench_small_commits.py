@@ -24,29 +24,15 @@ import resource
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_splitting import build
+from bench.bench_splitting import CommitTimes, build, small_commit
 from bench.common import print_table
 from icechunk_spark import Repository
 
 WARM_UP = 10
-
-
-def small_commit(repo: Repository, k: int) -> tuple[float, float, float]:
-    """(wall, process CPU, calling thread's CPU) seconds of one small commit."""
-    session = repo.writable_session()
-    session.set_chunk("/small7", (k % 10,), bytes([k % 256]) * 80)
-    wall, cpu, own = time.perf_counter(), time.process_time(), time.thread_time()
-    session.commit(f"small commit {k}")
-    return (
-        time.perf_counter() - wall,
-        time.process_time() - cpu,
-        time.thread_time() - own,
-    )
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -54,8 +40,8 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
     return q1 * 1000, median * 1000, q3 * 1000
 
 
-def median_ms(runs: list[tuple[float, float, float]], field: int) -> float:
-    return statistics.median(r[field] for r in runs) * 1000
+def median_ms(runs: list[CommitTimes], field: str) -> float:
+    return float(statistics.median(getattr(r, field) for r in runs)) * 1000
 
 
 def main() -> None:
@@ -79,7 +65,7 @@ def main() -> None:
     def per_commit(field: str) -> float:
         return float(getattr(after, field) - getattr(before, field)) / n
 
-    wall = quartiles([r[0] for r in runs])
+    wall = quartiles([r.wall for r in runs])
     print_table(
         f"{n} small commits, a session each, local disk (bench_splitting's repository, "
         f"{args.refs:,} refs in its big variable)",
@@ -89,11 +75,17 @@ def main() -> None:
             ["  quartiles ms", f"{wall[0]:.2f} - {wall[2]:.2f}"],
             [
                 "CPU time of the process during a commit: median ms",
-                quartiles([r[1] for r in runs])[1],
+                quartiles([r.cpu for r in runs])[1],
             ],
-            ["  of which the calling thread: median ms", median_ms(runs, 2)],
-            ["wall time, first tenth of the commits: median ms", median_ms(runs[: n // 10], 0)],
-            ["  last tenth (a longer history in the state file)", median_ms(runs[-n // 10 :], 0)],
+            ["  of which the calling thread: median ms", median_ms(runs, "thread_cpu")],
+            [
+                "wall time, first tenth of the commits: median ms",
+                median_ms(runs[: n // 10], "wall"),
+            ],
+            [
+                "  last tenth (a longer history in the state file)",
+                median_ms(runs[-n // 10 :], "wall"),
+            ],
             ["whole run per commit, sessions included: user CPU ms", per_commit("ru_utime") * 1000],
             ["  system CPU ms", per_commit("ru_stime") * 1000],
             ["  voluntary context switches", per_commit("ru_nvcsw")],

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,14 +102,30 @@ def build(url: str, refs: int) -> None:
 SMALL_COMMITS_AGAIN = 20
 
 
-def small_commit(repo: Repository, k: int) -> tuple[float, float]:
-    """Seconds to commit one changed chunk of `small7` (the chunk set before the timer), and
-    the CPU seconds the process used meanwhile (every thread; icechunk_side.py the same)."""
+@dataclass(frozen=True, slots=True)
+class CommitTimes:
+    """Seconds of one small commit: wall, CPU of the whole process (every thread), and CPU of
+    the calling thread (the part nothing overlaps)."""
+
+    wall: float
+    cpu: float
+    thread_cpu: float
+
+
+def small_commit(repo: Any, k: int, settle_s: float = 0.0) -> CommitTimes:
+    """Commit one changed chunk of `small7` in a session of its own (the chunk set before the
+    timer); icechunk_side.py times the same. ``settle_s``: a pause inside the CPU window but
+    after the wall timer, so work the commit leaves behind (the hint) is counted here and not
+    in the next commit's window. ``repo``: any revision's ``Repository`` (pair_small_commits)."""
     session = repo.writable_session()
     session.set_chunk("/small7", (k % 10,), bytes([k % 256]) * 80)
-    cpu = time.process_time()
-    seconds, _ = timed(lambda: session.commit(f"small commit {k}"))
-    return seconds, time.process_time() - cpu
+    wall, cpu, own = time.perf_counter(), time.process_time(), time.thread_time()
+    session.commit(f"small commit {k}")
+    wall = time.perf_counter() - wall
+    own = time.thread_time() - own
+    if settle_s:
+        time.sleep(settle_s)
+    return CommitTimes(wall, time.process_time() - cpu, own)
 
 
 def warm_up_zarr(store: Any) -> None:
@@ -150,8 +167,8 @@ def main() -> None:
     small_s, _ = timed(lambda: session.commit("one chunk of one small array"))
     written = sum(i.size for i in storage.list("m/")) - total_bytes
     again = [small_commit(repo, k) for k in range(SMALL_COMMITS_AGAIN)]
-    small_again_s = statistics.median(wall for wall, _ in again)
-    small_again_cpu_s = statistics.median(cpu for _, cpu in again)
+    small_again_s = statistics.median(t.wall for t in again)
+    small_again_cpu_s = statistics.median(t.cpu for t in again)
 
     # Both sides time setting the step's refs and the commit; the refs are made before.
     session = repo.writable_session()

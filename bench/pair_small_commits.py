@@ -24,14 +24,12 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_splitting import build
+from bench.bench_splitting import CommitTimes, build, small_commit
 from bench.common import print_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,16 +49,6 @@ def import_revision(rev: str, name: str, into: Path) -> ModuleType:
     shutil.move(into / "src" / "icechunk_spark", into / name)
     sys.path.insert(0, str(into))
     return importlib.import_module(name)
-
-
-def small_commit(repo: Any, k: int) -> tuple[float, float]:
-    session = repo.writable_session()
-    session.set_chunk("/small7", (k % 10,), bytes([k % 256]) * 80)
-    wall, cpu = time.perf_counter(), time.process_time()
-    session.commit(f"small commit {k}")
-    seconds = time.perf_counter() - wall
-    time.sleep(SETTLE_S)
-    return seconds, time.process_time() - cpu
 
 
 def main() -> None:
@@ -86,19 +74,19 @@ def main() -> None:
     for k in range(WARM_UP):
         for side in "AB":
             small_commit(repos[side], k)
-    runs: dict[str, list[tuple[float, float]]] = {"A": [], "B": []}
+    runs: dict[str, list[CommitTimes]] = {"A": [], "B": []}
     for k in range(args.commits):
         for side in "AB" if (k // 2 + k) % 2 else "BA":
-            runs[side].append(small_commit(repos[side], k))
+            runs[side].append(small_commit(repos[side], k, SETTLE_S))
 
     rows = []
     for side, rev in (("A", args.rev_a), ("B", args.rev_b)):
-        q1, median, q3 = statistics.quantiles([wall for wall, _ in runs[side]], n=4)
-        cpu = statistics.median(c for _, c in runs[side])
+        q1, median, q3 = statistics.quantiles([t.wall for t in runs[side]], n=4)
+        cpu = statistics.median(t.cpu for t in runs[side])
         rows.append(
             [f"{side}: {rev}", median * 1000, f"{q1 * 1000:.2f} - {q3 * 1000:.2f}", cpu * 1000]
         )
-    ratios = [b[0] / a[0] for a, b in zip(runs["A"], runs["B"], strict=True)]
+    ratios = [b.wall / a.wall for a, b in zip(runs["A"], runs["B"], strict=True)]
     print_table(
         f"{args.commits} small commits per side, alternating in one process "
         f"(bench_splitting's repository, {args.refs:,} refs in its big variable); "
