@@ -164,7 +164,9 @@ class StandaloneCluster:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2) as r:
                 state = json.load(r)
-        except OSError:
+        except (OSError, ValueError):
+            # ValueError: an HTML page instead of JSON, seen in CI in the second the master's
+            # log says it became ALIVE (leader elected). Not ready yet, like a closed port.
             return 0
         return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
 
