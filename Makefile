@@ -31,11 +31,11 @@ $(STAMP): pyproject.toml
 	# compat mode: Spark finds the pyspark_icechunk source by scanning sys.path, which the
 	# default editable install hides.
 	$(BIN)/python -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat
-	# Our own modules compiled once. Where PYTHONDONTWRITEBYTECODE is set (this workplace's
-	# machines set it) every process the tests start (CLI runs, process pools, Spark's Python
-	# workers, kernels) would otherwise compile the package again, ~0.2 s each. Python checks
-	# a compiled file against its source, so an edited module is compiled afresh, never stale;
-	# a failure here costs speed only (the tests then show a module that does not compile).
+	# Our own modules compiled once. Where PYTHONDONTWRITEBYTECODE is set (as on this machine)
+	# every process the tests start (CLI runs, process pools, Spark's Python workers, kernels)
+	# would otherwise compile the package again, ~0.2 s each. Python checks a compiled file
+	# against its source, so an edited module is compiled afresh, never stale; a failure here
+	# costs speed only (the tests then show a module that does not compile).
 	-$(BIN)/python -m compileall -q -j 2 -x '/\.venv' icechunk_spark pyspark_icechunk jobs tests bench > /dev/null
 	touch $(STAMP)
 
