@@ -63,6 +63,13 @@ def submit(job: str, *args: str, ok: bool = True) -> subprocess.CompletedProcess
     return proc
 
 
+def run_plain(job: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """A job as plain Python, without spark-submit: what it does before it starts Spark."""
+    return subprocess.run(
+        [sys.executable, str(JOBS / job), *args], capture_output=True, text=True, cwd=JOBS
+    )
+
+
 def summary(proc: subprocess.CompletedProcess[str], job: str) -> dict[str, str]:
     [line] = [ln for ln in proc.stdout.splitlines() if ln.startswith(f"{job}: snapshot=")]
     return dict(part.split("=", 1) for part in line.split(": ", 1)[1].split())
@@ -80,9 +87,7 @@ def summary(proc: subprocess.CompletedProcess[str], job: str) -> dict[str, str]:
     ],
 )
 def test_every_job_has_help(job):
-    proc = subprocess.run(
-        [sys.executable, str(JOBS / job), "--help"], capture_output=True, text=True, cwd=JOBS
-    )
+    proc = run_plain(job, "--help")
     assert proc.returncode == 0 and "--repo" in proc.stdout
 
 
@@ -103,12 +108,7 @@ def test_datacube_then_append_then_maintain(tmp_path):
     assert appended["snapshot"] == Repository.open(url).lookup_branch("main")
 
     # Refused before Spark starts, so plain Python shows it (a spark-submit costs ~20 s of CI).
-    bad = subprocess.run(
-        [sys.executable, str(JOBS / "append.py"), "--repo", url, "--steps", "3"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    bad = run_plain("append.py", "--repo", url, "--steps", "3")
     assert bad.returncode == 1 and "multiple of the time chunk" in bad.stdout + bad.stderr
     assert Repository.open(url).lookup_branch("main") == appended["snapshot"]  # nothing landed
 
@@ -153,21 +153,9 @@ def test_write_table_appends_a_parquet_table_along_time(tmp_path):
 
 
 def _sample(folder: Path, days: int, first: int = 0) -> None:
-    subprocess.run(
-        [
-            sys.executable,
-            str(JOBS / "ingest_virtual.py"),
-            "--make-sample",
-            str(folder),
-            "--days",
-            str(days),
-            "--first-day",
-            str(first),
-        ],
-        check=True,
-        capture_output=True,
-        cwd=JOBS,
-    )
+    args = ["--make-sample", str(folder), "--days", str(days), "--first-day", str(first)]
+    made = run_plain("ingest_virtual.py", *args)
+    assert made.returncode == 0, made.stderr[-3000:]
 
 
 def test_virtual_ingest_into_s3_reads_as_xarray_reads_the_files(tmp_path, s3_endpoint):
