@@ -10,6 +10,8 @@ zarr store names ``BaseSession``, never the session classes that hand themselves
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -231,3 +233,19 @@ def test_the_core_is_reached_through_its_face() -> None:
         and (source := _source(module, node)).startswith("icechunk_spark.core.")
     ]
     assert inside == []
+
+
+# Every Python worker Spark starts imports the package through ``pyspark_icechunk``: these
+# took about half of that import (values/__init__ says why), and no worker needs them to plan,
+# write chunk rows or commit. A fresh interpreter, so nothing this test process loaded counts.
+HEAVY_FOR_WORKERS = ("xarray", "pandas", "zarr", "dask")
+
+
+def test_the_data_source_imports_neither_xarray_nor_zarr() -> None:
+    probe = (
+        "import sys, pyspark_icechunk, icechunk_spark.spark, icechunk_spark.values\n"
+        f"print(','.join(m for m in {HEAVY_FOR_WORKERS!r} if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""

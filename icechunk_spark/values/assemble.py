@@ -18,8 +18,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import xarray as xr
-from xarray.backends.zarr import encode_zarr_variable
 
 from ..chunks.codec import quiet_numcodecs
 from ..errors import InvalidInputError
@@ -239,6 +237,9 @@ def _values(column: pa.ChunkedArray, variable: Variable) -> np.ndarray:
 
 def _stored(block: np.ndarray, variable: Variable, dims: tuple[str, ...]) -> bytes:
     """The block's raw C-order bytes as stored: xarray's CF encoding of it."""
+    import xarray as xr  # on first use: see values/__init__
+    from xarray.backends.zarr import encode_zarr_variable
+
     decoded = xr.Variable(dims, block, encoding=dict(variable.encoding))
     with quiet_numcodecs():
         stored = encode_zarr_variable(decoded, name=variable.name, zarr_format=3)

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import xarray as xr
 
 from ..chunks.codec import quiet_numcodecs
 from ..errors import IcechunkSparkError, InvalidInputError
 from .layout import ValuesLayout, arrow_type
 from .plan import Selection, ValueCondition
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 def read_boxes(

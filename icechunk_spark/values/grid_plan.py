@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
-import zarr
-from xarray.backends.zarr import encode_zarr_variable
-from zarr.storage import StoreLike
 
 from ..chunks.codec import quiet_numcodecs
 from ..errors import InvalidInputError
@@ -35,6 +31,10 @@ from .grid import (
     sorted_labels,
 )
 from .labels import Labels
+
+if TYPE_CHECKING:
+    import xarray as xr
+    from zarr.storage import StoreLike
 
 # How values are stored, plus the codecs: zarr v3 compressor specs (``{"name": "zstd",
 # "configuration": {...}}``), which xarray hands to zarr as they are.
@@ -60,6 +60,9 @@ def plan_new_grid(
     chunk_shape = tuple(
         int(spec.chunks.get(d, max(n, 1))) for d, n in zip(spec.dims, shape, strict=True)
     )
+    import xarray as xr  # on first use: see values/__init__
+    import zarr
+
     store_dict: dict[str, Any] = {}
     store = zarr.storage.MemoryStore(store_dict=store_dict)
     with quiet_numcodecs():
@@ -108,6 +111,7 @@ def _template(
     chunk_shape: tuple[int, ...],
 ) -> xr.Dataset:
     import dask.array as da  # xarray writes a template's metadata only when it is lazy
+    import xarray as xr
 
     shape = tuple(lab.size for lab in labels)
     data = {
@@ -148,6 +152,8 @@ def _check_encoding(spec: TidySpec, names: Sequence[str]) -> None:
 
 def _stored_coordinate(store: StoreLike, spec: TidySpec, dim: str, doc: bytes) -> Coordinate:
     """The coordinate as xarray stored it in the template, as raw chunks."""
+    import zarr
+
     array = zarr.open_array(store, path=dim, mode="r")
     return _coordinate(spec.path(dim), doc, np.asarray(array[...]), 0)
 
@@ -271,6 +277,9 @@ def _grown_coordinate(
 ) -> Coordinate:
     """The grown coordinate's chunks from the one holding its first new label, encoded as
     the coordinate is (its CF units and calendar, its dtype)."""
+    import xarray as xr  # on first use: see values/__init__
+    from xarray.backends.zarr import encode_zarr_variable
+
     variable = xr.Variable(
         (labels.dim,), labels.values, encoding=encoding_of(ds[labels.dim].encoding)
     )

@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import xarray as xr
 
 from ..chunks.codec import quiet_numcodecs
 from ..errors import InvalidInputError, NotFoundError
 from ..format.paths import normalize_path
-from ..zarr_store import IcechunkStore
 from .labels import Labels
 
 if TYPE_CHECKING:
+    import xarray as xr
+
     from ..core import BaseSession
 
 VALUES_TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -114,6 +114,10 @@ def open_dataset(session: BaseSession, group: str, decode: bool = True) -> xr.Da
 
 
 def _open(session: BaseSession, group: str, decode: bool) -> xr.Dataset:
+    import xarray as xr  # on first use: see values/__init__
+
+    from ..zarr_store import IcechunkStore
+
     ds: xr.Dataset = xr.open_zarr(
         IcechunkStore(session, read_only=True),
         group=None if group == "/" else group.strip("/"),
