@@ -58,11 +58,13 @@ class S3Storage(ObjectStorage):
         self.endpoint: str | None = client_kwargs.get("endpoint_url") or None
         check_endpoint(self.endpoint, "endpoint_url", "http://127.0.0.1:9000")
         config_kwargs = _client_config(options.pop("config_kwargs", None))
-        # No instance or listing caches: a repository must always see the newest objects.
+        # No listing cache: a repository must always see the newest objects. The instance
+        # (its botocore client) is shared by every storage opened with the same options in
+        # this process (fsspec's instance cache, cleared in a forked child): making a client
+        # cost 200-400 ms on the first request, for each repository opened.
         self.fs = s3fs.S3FileSystem(
             client_kwargs=client_kwargs,
             config_kwargs=config_kwargs,
-            skip_instance_cache=True,
             use_listings_cache=False,
             **options,
         )
