@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from icechunk_spark import Repository
+from tests.support.helpers import loaded_files
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "manifests.yaml"
 
@@ -293,7 +294,7 @@ def test_import_a_folder_of_netcdf3_and_netcdf4_files_with_the_auto_parser(tmp_p
     assert (done["new_files"], done["committed"]) == (2, True)
     repo = Repository.open(url, authorize_virtual=[data.as_uri() + "/"])
     got = xr.open_zarr(repo.readonly_session().store, consolidated=False).load()
-    files = [xr.open_dataset(p) for p in sorted(data.glob("*.nc"))]
+    files = loaded_files(sorted(data.glob("*.nc")))
     expected = xr.concat(files, dim="time").load()
     xr.testing.assert_equal(got.tas, expected.tas)
     assert got.time.values.tolist() == expected.time.values.tolist()

@@ -13,6 +13,7 @@ import xarray as xr
 
 from icechunk_spark import Repository
 from tests.conftest import S3_BUCKET
+from tests.support.helpers import loaded_files
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ROOT / "jobs"
@@ -187,7 +188,7 @@ def test_virtual_ingest_into_s3_reads_as_xarray_reads_the_files(tmp_path, s3_end
     )
     assert next(repo.ancestry()).message == "ingest 4 new files (4 in all)"
     ds = xr.open_zarr(repo.readonly_session().store, consolidated=False)
-    direct = xr.combine_by_coords([xr.open_dataset(f) for f in sorted(data.glob("*.nc"))])
+    direct = xr.combine_by_coords(loaded_files(sorted(data.glob("*.nc"))))
     xr.testing.assert_allclose(ds.tas.load(), direct.tas.load())
     assert np.array_equal(ds.time.values, direct.time.values)
     # "no files match" is tests/virtual/test_ingest.py's and files that disagree are

@@ -18,6 +18,7 @@ import xarray as xr
 
 from icechunk_spark import CoordinateOrderError, InvalidInputError, Repository
 from icechunk_spark.spark.virtual_ingest import IngestResult, ingest_virtual
+from tests.support.helpers import loaded_files
 
 pytestmark = [
     pytest.mark.spark,
@@ -55,7 +56,7 @@ def write_day_pair(folder: Path, k: int, name: str | None = None) -> Path:
 
 
 def files_as_xarray(paths: list[Path]) -> xr.Dataset:
-    opened = [xr.open_dataset(p).load() for p in sorted(paths)]
+    opened = loaded_files(sorted(paths))
     combined = xr.combine_by_coords(
         opened, data_vars="minimal", coords="minimal", join="exact", combine_attrs="override"
     )
@@ -199,7 +200,7 @@ def test_a_folder_of_netcdf3_and_netcdf4_files_is_scanned_with_each_files_parser
     result = ingest_virtual(spark, url, str(folder / "*.nc"), parser="auto")
     assert len(result.imported) == 2
     got = read(url, folder)
-    expected = xr.concat([xr.open_dataset(p) for p in sorted(folder.glob("*.nc"))], "time")
+    expected = xr.concat(loaded_files(sorted(folder.glob("*.nc"))), "time")
     xr.testing.assert_equal(got.tas, expected.tas.load())
     refs = Repository.open(url).readonly_session().chunk_refs("/tas").to_pylist()
     assert all(r["virtual_path"] for r in refs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,3 +53,15 @@ def cutoff_after_writes(backend: Any) -> datetime:
     # S3 and Azure listings report whole seconds, which GC reads as the end of that second.
     time.sleep(1.05 if backend.name in ("s3", "azure") else 0.02)
     return datetime.now(UTC)
+
+
+def loaded_files(paths: Iterable[Any], **open_kwargs: Any) -> list[Any]:
+    """Each file as ``xr.open_dataset`` reads it, loaded whole and closed: a dataset left
+    open holds its file until the collector runs, and warns then wherever that happens."""
+    import xarray as xr
+
+    datasets = []
+    for path in paths:
+        with xr.open_dataset(path, **open_kwargs) as opened:
+            datasets.append(opened.load())
+    return datasets

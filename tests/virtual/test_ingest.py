@@ -10,6 +10,7 @@ import xarray as xr
 
 from icechunk_spark import InvalidInputError
 from icechunk_spark.virtual import ingest_files, list_files, open_for_files, plan_ingest
+from tests.support.helpers import loaded_files
 from tests.support.progress import Recorder
 
 from .conftest import NUMCODECS_WARNING
@@ -24,7 +25,7 @@ def arrive(monthly: MonthlyFiles, folder: Path, months: range) -> None:
 
 
 def files_as_xarray(folder: Path) -> xr.Dataset:
-    combined = xr.combine_by_coords([xr.open_dataset(p) for p in sorted(folder.glob("*.nc"))])
+    combined = xr.combine_by_coords(loaded_files(sorted(folder.glob("*.nc"))))
     assert isinstance(combined, xr.Dataset)
     return combined.load()
 
@@ -81,7 +82,8 @@ def test_daily_files_with_their_own_time_units_keep_their_dates(
 ) -> None:
     for day in range(3):
         write_day_with_own_units(data_dir, day)
-    units = {str(xr.open_dataset(p, decode_times=False).time.units) for p in data_dir.glob("*")}
+    opened = loaded_files(data_dir.glob("*"), decode_times=False)
+    units = {str(ds.time.units) for ds in opened}
     assert len(units) == 3  # the case to handle: every file has its own reference date
     repo = open_for_files((tmp_path / "repo").as_uri(), data_dir.as_uri() + "/")
     first = ingest_files(repo, plan_ingest(repo, list_files(str(data_dir / "*.nc"))))

@@ -20,6 +20,7 @@ from icechunk_spark.virtual import (
     load_reference_set,
     scan_netcdf,
 )
+from tests.support.helpers import loaded_files
 
 from ..conftest import Backend
 from .conftest import NUMCODECS_WARNING, RepoFactory
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.filterwarnings(NUMCODECS_WARNING)
 
 def expected(monthly: MonthlyFiles) -> xr.Dataset:
     """What ``xr.open_mfdataset(files)`` gives, without dask: its by-coords combine step."""
-    combined = xr.combine_by_coords([xr.open_dataset(p) for p in monthly.paths])
+    combined = xr.combine_by_coords(loaded_files(monthly.paths))
     assert isinstance(combined, xr.Dataset)
     return combined.load()
 
@@ -289,7 +290,7 @@ def test_netcdf_on_s3(monthly: MonthlyFiles, s3_endpoint: str, tmp_path: Path) -
     session.commit("s3")
     ref = repo.readonly_session().get_chunk_ref("/tas", (0, 0, 0))
     assert ref is not None and ref.checksum is not None and ref.checksum.startswith("etag:")
-    want = xr.combine_by_coords([xr.open_dataset(p) for p in monthly.paths[:2]]).load()
+    want = xr.combine_by_coords(loaded_files(monthly.paths[:2]))
     xr.testing.assert_identical(open_repo_dataset(repo), want)
 
 
@@ -309,7 +310,8 @@ def test_a_changed_netcdf_file_is_noticed(
     session = repo.writable_session()
     import_netcdf(session, [path.as_uri()], concat_dim="time")
     session.commit("january")
-    want = xr.open_dataset(path).load()
+    with xr.open_dataset(path) as opened:
+        want = opened.load()
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))  # "rewritten"
     with pytest.raises(SourceChangedError, match="changed since the ref was written"):

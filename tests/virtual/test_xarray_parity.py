@@ -20,6 +20,7 @@ import xarray as xr
 from icechunk_spark import InvalidInputError, NotFoundError, Repository
 from icechunk_spark.cli import main
 from icechunk_spark.virtual import import_netcdf
+from tests.support.helpers import loaded_files
 
 from .conftest import NUMCODECS_WARNING, RepoFactory
 from .netcdf_data import write_awkward_files
@@ -42,7 +43,7 @@ def write_files(directory: Path, count: int, write: Writer, name: str = "f") -> 
 
 def xarray_reading(paths: list[Path], **combine: Any) -> xr.Dataset:
     """What xarray reads from the files: one file opened, several combined by coords."""
-    opened = [xr.open_dataset(p).load() for p in paths]
+    opened = loaded_files(paths)
     if len(opened) == 1:
         return opened[0]
     choices = {  # ours, explicit (docs/format.md): xarray warns its defaults will change

@@ -11,6 +11,7 @@ fixtures, the Zarr v3 skips, and its warning policy for zarr's spec warnings.
 from __future__ import annotations
 
 import contextlib
+import gc
 import uuid
 from collections.abc import Iterator
 
@@ -44,6 +45,10 @@ def default_zarr_format() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _warn_for_unclosed_files() -> Iterator[None]:
+    # Collected first, with the warning off: a file another test left open (in this worker,
+    # earlier) would otherwise warn from its __del__ in whichever test here the collector
+    # happened to run, and fail that one.
+    gc.collect()
     with xr.set_options(warn_for_unclosed_files=True):
         yield
 
