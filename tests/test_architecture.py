@@ -235,16 +235,19 @@ def test_the_core_is_reached_through_its_face() -> None:
     assert inside == []
 
 
-# Every Python worker Spark starts imports the package through ``pyspark_icechunk``: these
-# took about half of that import (values/__init__ says why), and no worker needs them to plan,
-# write chunk rows or commit. A fresh interpreter, so nothing this test process loaded counts.
-HEAVY_FOR_WORKERS = ("xarray", "pandas", "zarr", "dask")
+# Every Python worker Spark starts imports the package through ``pyspark_icechunk``, and every
+# CLI run imports the CLI: xarray, pandas, zarr and dask took about half of that import
+# (values/__init__ says why), botocore another 0.1 s (storage/s3.py), and none of them is
+# needed to plan, write chunk rows, commit, or run a command on a repository not on S3. A
+# fresh interpreter, so nothing this test process loaded counts.
+NOT_AT_IMPORT = ("xarray", "pandas", "zarr", "dask", "botocore")
 
 
-def test_the_data_source_imports_neither_xarray_nor_zarr() -> None:
+def test_the_data_source_and_the_cli_import_only_what_every_run_needs() -> None:
     probe = (
-        "import sys, pyspark_icechunk, icechunk_spark.spark, icechunk_spark.values\n"
-        f"print(','.join(m for m in {HEAVY_FOR_WORKERS!r} if m in sys.modules))"
+        "import sys, pyspark_icechunk, icechunk_spark.spark, icechunk_spark.values, "
+        "icechunk_spark.cli\n"
+        f"print(','.join(m for m in {NOT_AT_IMPORT!r} if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -13,7 +13,6 @@ from ..errors import InvalidInputError, StorageCredentialsError, StorageError
 from .causes import causes
 from .endpoints import check_endpoint
 from .objectstore import ObjectStorage
-from .s3_errors import Where, classify
 
 # botocore's side of failing fast: a refused or timed-out connection is retried twice (with
 # at most 1 s, then 2 s of backoff) and a connection attempt waits 3 s, not minutes in all.
@@ -97,6 +96,10 @@ class S3Storage(ObjectStorage):
         return isinstance(exc, OSError) and _is_unsatisfiable_range(exc)
 
     def _classify(self, exc: Exception, describe: str) -> StorageError | None:
+        # Here, not at the top: botocore's exception tables cost ~0.1 s to import, in every
+        # process that imports the package (each CLI run, each Spark Python worker), S3 or not.
+        from .s3_errors import Where, classify
+
         known = classify(exc, Where(self.url, self.endpoint, describe))
         if known is None and isinstance(exc, PermissionError):
             return StorageCredentialsError(
