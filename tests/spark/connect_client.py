@@ -7,7 +7,8 @@ Usage: python connect_client.py sc://HOST:PORT COMMAND REPO_URL [ARGS]; commands
   ``write`` (``df.write.format("icechunk")``), ``driver`` (``write_chunks``), ``read`` (prints
   the chunks and nodes tables, and ``read_chunks``, as JSON), ``stream SOURCE_DIR CHECKPOINT``
   (``writeStream``), ``sql ARRAY`` (a values view, a GROUP BY over it and ``aggregate``, as
-  JSON).
+  JSON). Commands joined by ``+`` (``write+read``) run in turn in one session: a client
+  process costs seconds of start-up.
 """
 
 from __future__ import annotations
@@ -116,20 +117,25 @@ def stream(spark: SparkSession, url: str, source: str, checkpoint: str) -> None:
 def main(remote: str, command: str, url: str, *args: str) -> None:
     spark = SparkSession.builder.remote(remote).getOrCreate()
     try:
-        if command == "write":
-            write(spark, url)
-        elif command == "driver":
-            driver(spark, url)
-        elif command == "read":
-            read(spark, url)
-        elif command == "sql":
-            sql(spark, url, *args)
-        elif command == "stream":
-            stream(spark, url, *args)
-        else:
-            raise SystemExit(f"unknown command {command!r}")
+        for step in command.split("+"):
+            run(spark, step, url, *args)
     finally:
         spark.stop()
+
+
+def run(spark: SparkSession, command: str, url: str, *args: str) -> None:
+    if command == "write":
+        write(spark, url)
+    elif command == "driver":
+        driver(spark, url)
+    elif command == "read":
+        read(spark, url)
+    elif command == "sql":
+        sql(spark, url, *args)
+    elif command == "stream":
+        stream(spark, url, *args)
+    else:
+        raise SystemExit(f"unknown command {command!r}")
 
 
 if __name__ == "__main__":

@@ -49,12 +49,13 @@ def read_array(url: str, path: str) -> np.ndarray:
 def test_write_then_read_through_connect(connect_server: ConnectServer, tmp_path: Path) -> None:
     url = (tmp_path / "repo").as_uri()
     new_repo(url)
-    run_client(connect_server, tmp_path, "write", url)
+    # One client writes, then reads back through Connect (a client process costs seconds).
+    out = run_client(connect_server, tmp_path, "write+read", url)
     np.testing.assert_array_equal(read_array(url, "written"), values(1))
     repo = Repository.open(url)
     assert next(repo.ancestry(branch="main")).message == "written through Spark Connect"
 
-    seen = json.loads(run_client(connect_server, tmp_path, "read", url))
+    seen = json.loads(out.splitlines()[-1])
     expected = [list(row) for row in expected_chunk_rows(repo)]
     assert sorted(seen["chunks"]) == sorted(expected)
     assert sorted(seen["read_chunks"]) == sorted(expected)
