@@ -310,8 +310,7 @@ def test_a_changed_netcdf_file_is_noticed(
     session = repo.writable_session()
     import_netcdf(session, [path.as_uri()], concat_dim="time")
     session.commit("january")
-    with xr.open_dataset(path) as opened:
-        want = opened.load()
+    [want] = loaded_files([path])
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))  # "rewritten"
     with pytest.raises(SourceChangedError, match="changed since the ref was written"):
