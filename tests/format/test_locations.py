@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from icechunk_spark.format.coords import coords_view, decode_coords, encode_coords
 from icechunk_spark.format.locations import remap, same_location_types, with_values
@@ -58,10 +59,12 @@ def test_conform_refs_keeps_a_dictionary_encoded_location_column_encoded() -> No
     assert conformed.column("chunk_id").type == pa.string()
 
 
-def test_a_manifest_is_the_same_file_whether_locations_come_encoded_or_plain() -> None:
+@pytest.mark.parametrize("rows", [2 * ROW_GROUP_SIZE + 5, 100])
+def test_a_manifest_is_the_same_file_whether_locations_come_encoded_or_plain(rows: int) -> None:
     # Three row groups: each must get only its own files in its dictionary page, as Parquet
-    # makes it from plain strings, not the whole Arrow dictionary.
-    plain = _refs(2 * ROW_GROUP_SIZE + 5)
+    # makes it from plain strings, not the whole Arrow dictionary. One group of plain
+    # columns is written in one call, encoded ones group by group: the same bytes.
+    plain = _refs(rows)
     data = encode_manifest(plain, presorted=True)
     assert encode_manifest(_encoded(plain, "virtual_path", "checksum"), presorted=True) == data
     assert pq.ParquetFile(pa.BufferReader(data)).schema_arrow.field("virtual_path").type == (
