@@ -13,6 +13,7 @@ itself is still paid whole: a state of 10,000 snapshots is about 3 MB.)
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -31,9 +32,8 @@ class SnapshotMemo(Generic[Info]):
     def __init__(self) -> None:
         # snapshot id -> (its JSON entry, decoded)
         self._decoded: dict[Any, tuple[Mapping[str, Any], Info]] = {}
-        # id() of a SnapshotInfo -> (that object, its JSON text); holding the object keeps
-        # its id() from being reused while the entry lives.
-        self._encoded: dict[int, tuple[Info, str]] = {}
+        # The last call's objects, their texts, and the array it made of them.
+        self._encoded: tuple[list[Info], list[str], str] = ([], [], "[]")
 
     def decode_all(
         self,
@@ -52,13 +52,26 @@ class SnapshotMemo(Generic[Info]):
 
     def encode_all(self, infos: Iterable[Info], encode: Callable[[Info], str]) -> str:
         """The JSON array of ``encode(info)`` texts, reusing the last call's for the same
-        objects."""
-        known, fresh = self._encoded, {}
-        parts = []
-        for info in infos:
-            hit = known.get(id(info))
-            text = hit[1] if hit is not None and hit[0] is info else encode(info)
-            fresh[id(info)] = (info, text)
-            parts.append(text)
-        self._encoded = fresh
-        return "[" + ",".join(parts) + "]"
+        objects.
+
+        A commit's state is the last one plus its snapshot: when the last call's objects are
+        the first ones here, in order, their array is reused whole and the new texts spliced
+        in (a test of identity per entry, in C, instead of a dict lookup per entry in Python:
+        ~10 ms a commit at 10,000 snapshots, ``bench/bench_state.py``). Identity, not
+        equality: equal metadata dicts in another key order encode to another text.
+        """
+        infos = list(infos)
+        last, texts, array = self._encoded
+        n = len(last)
+        if n and len(infos) >= n and all(map(operator.is_, infos, last)):
+            added = [encode(info) for info in infos[n:]]
+            if added:
+                array = f"{array[:-1]},{','.join(added)}]"
+            self._encoded = (infos, texts + added, array)
+            return array
+        known = {id(info): text for info, text in zip(last, texts, strict=True)}
+        # ``last`` holds the objects whose id()s are keys, so no id is reused meanwhile.
+        fresh = [known.get(id(info)) or encode(info) for info in infos]
+        array = "[" + ",".join(fresh) + "]"
+        self._encoded = (infos, fresh, array)
+        return array

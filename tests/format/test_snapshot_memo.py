@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import icechunk_spark.format.state as state_format
 from icechunk_spark.format import SnapshotInfo, State, decode_state, encode_state
+from icechunk_spark.format.snapshot_memo import SnapshotMemo
 from icechunk_spark.format.state import GCFence
 
 
@@ -38,6 +40,16 @@ def _state(snapshots: dict[str, SnapshotInfo], generation: int = 7) -> State:
         gc_fence=GCFence(3, 1_700_000_000_000),
         change_id="c",
     )
+
+
+def _fresh(state: State) -> bytes:
+    """``encode_state`` with nothing remembered: every entry encoded from its value."""
+    kept = state_format._MEMO
+    state_format._MEMO = SnapshotMemo()
+    try:
+        return encode_state(state)
+    finally:
+        state_format._MEMO = kept
 
 
 def _one_dump(state: State) -> bytes:
@@ -81,3 +93,40 @@ def test_a_snapshot_encoded_from_a_changed_object_gets_new_text():
     renamed = {**snapshots, "S0004": replace(snapshots["S0004"], message="amended")}
     decoded = json.loads(encode_state(_state(renamed)))
     assert decoded["snapshots"][4]["properties"]["message"] == "amended"
+
+
+def test_a_state_one_commit_longer_reuses_the_last_text_and_stays_byte_exact():
+    # Commit after commit, the state is the last one plus a snapshot: its text is the last
+    # text with one entry spliced in, not every entry joined again.
+    snapshots = _history(30)
+    states = [_state(snapshots)]
+    for i in range(3):
+        parent = list(snapshots)[-1]
+        snapshots = {**snapshots, f"N{i}": SnapshotInfo(f"N{i}", parent, 2 + i, f"G{i}")}
+        states.append(states[-1].next(snapshots=snapshots))
+    for state in states:
+        assert encode_state(state) == _fresh(state)
+    # Whatever came before (a longer state, a shorter one, the same one twice), each result
+    # is the whole document.
+    for state in [states[3], states[1], states[1], states[2], states[0], states[3]]:
+        assert encode_state(state) == _fresh(state)
+
+
+def test_a_state_whose_old_entries_are_other_objects_is_encoded_from_them():
+    snapshots = _history(10)
+    encode_state(_state(snapshots))
+    # An equal entry in another key order, one snapshot added: a prefix equal by value to
+    # the last state's entries is not the same text.
+    reordered = replace(snapshots["S0001"], metadata={"tags": ["a", "b"], "job": 1})
+    assert reordered == snapshots["S0001"]
+    later = {**snapshots, "S0001": reordered, "N": SnapshotInfo("N", "S0009", 1, "FN")}
+    text = encode_state(_state(later))
+    assert text == _fresh(_state(later))
+    assert list(json.loads(text)["snapshots"][1]["properties"]["metadata"]) == ["tags", "job"]
+    # A changed entry in the middle, then an entry dropped from the front (expiry).
+    changed = {**later, "S0005": replace(snapshots["S0005"], message="rewritten")}
+    text = encode_state(_state(changed))
+    assert text == _fresh(_state(changed))
+    assert json.loads(text)["snapshots"][5]["properties"]["message"] == "rewritten"
+    shorter = {k: v for k, v in changed.items() if k != "S0000"}
+    assert encode_state(_state(shorter)) == _fresh(_state(shorter))
