@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from ..errors import FormatError, InvalidInputError, NotFoundError
 from .snapshot_memo import SnapshotMemo
+from .state_text import StateText, split_state
 
 FORMAT_VERSION = 1
 RefType = Literal["branch", "tag"]
@@ -263,18 +264,19 @@ _DECODED_MAX = 2
 _DECODED: dict[bytes, State] = {}
 _DECODED_LOCK = threading.Lock()
 _MEMO: SnapshotMemo[SnapshotInfo] = SnapshotMemo()
+# The last state text split in parts, and its snapshots (one assignment: threads see one).
+_LAST_TEXT: tuple[StateText, dict[str, SnapshotInfo]] | None = None
 
 
 def _decode_state(data: bytes, name: str) -> State:
     try:
-        doc = json.loads(data)
+        doc, snapshots = _document(data)
         version = int(doc.get("format_version", FORMAT_VERSION))
         if version > FORMAT_VERSION:
             raise FormatError(
                 f"state file {name!r} has format version {version}; this icechunk-spark reads "
                 f"up to {FORMAT_VERSION}: upgrade icechunk-spark"
             )
-        snapshots = _MEMO.decode_all(doc["snapshots"], _decode_snapshot)
         refs = {
             key: Ref(name=r["name"], snapshot_id=r["snapshot-id"], type=_ref_type(r["type"]))
             for key, r in doc.get("refs", {}).items()
@@ -295,6 +297,26 @@ def _decode_state(data: bytes, name: str) -> State:
         raise
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise FormatError(f"state file {name!r} is corrupt or truncated: {exc!r}") from exc
+
+
+def _document(data: bytes) -> tuple[Mapping[str, Any], dict[str, SnapshotInfo]]:
+    """The state's top-level fields and its snapshots. A state that lists the last one's
+    snapshots and more (the next commit) has only the new entries parsed (``state_text``)."""
+    global _LAST_TEXT
+    last = _LAST_TEXT
+    text = split_state(data, last[0] if last else None)
+    if text is None:
+        doc = json.loads(data)
+        return doc, _MEMO.decode_all(doc["snapshots"], _decode_snapshot)
+    if text.reused and last is not None:
+        snapshots = dict(last[1])
+        for entry in text.entries:
+            snapshots[entry["snapshot-id"]] = _decode_snapshot(entry)
+    else:
+        snapshots = _MEMO.decode_all(text.entries, _decode_snapshot)
+    # Reusable only where every entry is one snapshot: a repeated id keeps one of them.
+    _LAST_TEXT = (text, snapshots) if len(snapshots) == text.count else None
+    return text.fields, snapshots
 
 
 def _decode_snapshot(s: Mapping[str, Any]) -> SnapshotInfo:

@@ -95,7 +95,7 @@ def test_a_snapshot_encoded_from_a_changed_object_gets_new_text():
     assert decoded["snapshots"][4]["properties"]["message"] == "amended"
 
 
-def test_a_state_one_commit_longer_reuses_the_last_text_and_stays_byte_exact():
+def test_a_state_one_commit_longer_reuses_the_last_text_and_stays_byte_exact() -> None:
     # Commit after commit, the state is the last one plus a snapshot: its text is the last
     # text with one entry spliced in, not every entry joined again.
     snapshots = _history(30)
@@ -112,7 +112,7 @@ def test_a_state_one_commit_longer_reuses_the_last_text_and_stays_byte_exact():
         assert encode_state(state) == _fresh(state)
 
 
-def test_a_state_whose_old_entries_are_other_objects_is_encoded_from_them():
+def test_a_state_whose_old_entries_are_other_objects_is_encoded_from_them() -> None:
     snapshots = _history(10)
     encode_state(_state(snapshots))
     # An equal entry in another key order, one snapshot added: a prefix equal by value to
