@@ -1,6 +1,6 @@
 """Where a small commit's time goes on local disk: wall time beside CPU time, per commit.
 
-    .venv/bin/python bench/bench_small_commits.py [--refs 100000] [--commits 300]
+    .venv/bin/python bench/bench_small_commits.py [--refs 100000] [--commits 300] [--history N]
 
 The repository of ``bench_splitting.py`` (its big variable at ``--refs`` refs: a small commit
 does not touch it), then ``--commits`` commits each changing one chunk of `small7` in a session
@@ -8,6 +8,8 @@ of its own, the chunk set before the timer. Per commit: wall time (median and qu
 time of the whole process and of the calling thread during the commit, and over the whole run
 user and system CPU and context switches (sessions included). On 2 cores, wall time below half
 the process's CPU time is out of reach; the calling thread's CPU is the part nothing overlaps.
+``--history N`` makes N such commits first, untimed: the state file lists every snapshot, so
+its size (printed) and what a commit pays for it grow with history.
 
 For where the CPU goes, run it under a sampling profiler, e.g.::
 
@@ -19,6 +21,7 @@ For where the CPU goes, run it under a sampling profiler, e.g.::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
@@ -40,6 +43,12 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
     return q1 * 1000, median * 1000, q3 * 1000
 
 
+def newest_state(url: str) -> tuple[int, float]:
+    """How many snapshots the newest state file lists, and its size in KB."""
+    data = sorted((Path(url.removeprefix("file://")) / "t").iterdir())[-1].read_bytes()
+    return len(json.loads(data)["snapshots"]), len(data) / 1000
+
+
 def median_ms(runs: list[CommitTimes], field: str) -> float:
     return float(statistics.median(getattr(r, field) for r in runs)) * 1000
 
@@ -50,12 +59,13 @@ def main() -> None:
     )
     parser.add_argument("--refs", type=int, default=100_000)
     parser.add_argument("--commits", type=int, default=300)
+    parser.add_argument("--history", type=int, default=0)
     args = parser.parse_args()
     url = Path(tempfile.mkdtemp(prefix="bench-small-")).as_uri()
     build(url, args.refs)
     os.sync()  # no commit's fsync waits for the build's writeback
     repo = Repository.open(url)
-    for k in range(WARM_UP):
+    for k in range(WARM_UP + args.history):
         small_commit(repo, k)
     before = resource.getrusage(resource.RUSAGE_SELF)
     runs = [small_commit(repo, k) for k in range(args.commits)]
@@ -66,9 +76,11 @@ def main() -> None:
         return float(getattr(after, field) - getattr(before, field)) / n
 
     wall = quartiles([r.wall for r in runs])
+    snapshots, state_kb = newest_state(url)
     print_table(
         f"{n} small commits, a session each, local disk (bench_splitting's repository, "
-        f"{args.refs:,} refs in its big variable)",
+        f"{args.refs:,} refs in its big variable; the state file at the end: "
+        f"{snapshots:,} snapshots, {state_kb:,.0f} KB)",
         ["figure", "value"],
         [
             ["wall time of a commit: median ms", wall[1]],
