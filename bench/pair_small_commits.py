@@ -1,6 +1,7 @@
 """Two revisions of the package, the same small commits, paired in one process.
 
-    .venv/bin/python bench/pair_small_commits.py REV_A REV_B [--commits 200] [--refs 100000]
+    .venv/bin/python bench/pair_small_commits.py REV_A REV_B [--commits 200] [--refs 100000] \
+        [--history N]
 
 This machine's speed changes by up to 2.5x over tens of minutes, so two runs minutes apart
 differ by more than most changes do. Here both revisions run side by side instead: each
@@ -9,7 +10,8 @@ opens its own copy of bench_splitting's repository, and their small commits (one
 `small7`, a session each, the chunk set before the timer) alternate, A B B A A B..., so a
 slow phase slows both alike. Printed: each side's wall time (median, quartiles) and process
 CPU time per commit (all threads, tails of the other side's commit included alike), and the
-median of B/A over the pairs.
+median of B/A over the pairs. ``--history N``: N more untimed commits a side first (the state
+file lists every snapshot, so its cost grows with history).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ def main() -> None:
     parser.add_argument("rev_b")
     parser.add_argument("--commits", type=int, default=200)
     parser.add_argument("--refs", type=int, default=100_000)
+    parser.add_argument("--history", type=int, default=0)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-pair-"))
     modules = {
@@ -71,7 +74,7 @@ def main() -> None:
         shutil.copytree(work / "built", work / f"repo-{side}")
         repos[side] = module.Repository.open((work / f"repo-{side}").as_uri())
     os.sync()  # no commit's fsync waits for the copies' writeback
-    for k in range(WARM_UP):
+    for k in range(WARM_UP + args.history):
         for side in "AB":
             small_commit(repos[side], k)
     runs: dict[str, list[CommitTimes]] = {"A": [], "B": []}
@@ -89,7 +92,8 @@ def main() -> None:
     ratios = [b.wall / a.wall for a, b in zip(runs["A"], runs["B"], strict=True)]
     print_table(
         f"{args.commits} small commits per side, alternating in one process "
-        f"(bench_splitting's repository, {args.refs:,} refs in its big variable); "
+        f"(bench_splitting's repository, {args.refs:,} refs in its big variable, "
+        f"{WARM_UP + args.history:,} commits before); "
         f"B/A wall time per pair, median: {statistics.median(ratios):.3f}",
         ["revision", "wall median ms", "quartiles ms", "process CPU median ms"],
         rows,

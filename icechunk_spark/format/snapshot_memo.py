@@ -14,6 +14,7 @@ itself: ``state_text`` parses only what follows the last state's entries.)
 from __future__ import annotations
 
 import operator
+from itertools import accumulate
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -32,8 +33,9 @@ class SnapshotMemo(Generic[Info]):
     def __init__(self) -> None:
         # snapshot id -> (its JSON entry, decoded)
         self._decoded: dict[Any, tuple[Mapping[str, Any], Info]] = {}
-        # The last call's objects, their texts, and the array it made of them.
-        self._encoded: tuple[list[Info], list[str], str] = ([], [], "[]")
+        # The last call's objects, their texts, the array it made of them, and where in the
+        # array each text ends.
+        self._encoded: tuple[list[Info], list[str], str, list[int]] = ([], [], "[]", [])
 
     def decode_all(
         self,
@@ -54,24 +56,50 @@ class SnapshotMemo(Generic[Info]):
         """The JSON array of ``encode(info)`` texts, reusing the last call's for the same
         objects.
 
-        A commit's state is the last one plus its snapshot: when the last call's objects are
-        the first ones here, in order, their array is reused whole and the new texts spliced
-        in (a test of identity per entry, in C, instead of a dict lookup per entry in Python:
-        ~10 ms a commit at 10,000 snapshots, ``bench/bench_state.py``). Identity, not
+        A commit's state is the last one with its snapshot added, and often with the one
+        before that decoded afresh from the state file (a new object): the run of objects
+        that opens both this call and the last (found by identity tests in C) keeps the last
+        array's text as it is, and only the entries after it are looked up or encoded; not
+        a lookup per entry in Python (10,000 snapshots: ~10 ms a commit). Identity, not
         equality: equal metadata dicts in another key order encode to another text.
         """
         infos = list(infos)
-        last, texts, array = self._encoded
-        n = len(last)
-        if n and len(infos) >= n and all(map(operator.is_, infos, last)):
-            added = [encode(info) for info in infos[n:]]
-            if added:
-                array = f"{array[:-1]},{','.join(added)}]"
-            self._encoded = (infos, texts + added, array)
+        last, texts, array, ends = self._encoded
+        same = _same_prefix(infos, last)
+        if same == len(infos) == len(last):
             return array
-        known = {id(info): text for info, text in zip(last, texts, strict=True)}
+        known = {id(info): text for info, text in zip(last[same:], texts[same:], strict=True)}
         # ``last`` holds the objects whose id()s are keys, so no id is reused meanwhile.
-        fresh = [known.get(id(info)) or encode(info) for info in infos]
-        array = "[" + ",".join(fresh) + "]"
-        self._encoded = (infos, fresh, array)
+        added = [known.get(id(info)) or encode(info) for info in infos[same:]]
+        if same:
+            head = array[: ends[same - 1]]
+            array = head + "".join(map(",".__add__, added)) + "]"
+            ends = ends[:same] + _ends(added, ends[same - 1])
+        else:
+            array = "[" + ",".join(added) + "]"
+            ends = _ends(added, 0)
+        self._encoded = (infos, texts[:same] + added, array, ends)
         return array
+
+
+def _same_prefix(infos: list[Any], last: list[Any]) -> int:
+    """How many leading objects of ``infos`` are the very objects leading ``last``."""
+    n = min(len(infos), len(last))
+    if all(map(operator.is_, infos[:n], last[:n])):
+        return n
+    lo, hi = 0, n  # infos[:lo] match; infos[hi] does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if all(map(operator.is_, infos[lo:mid], last[lo:mid])):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _ends(texts: list[str], start: int) -> list[int]:
+    """Where each of ``texts`` ends in an array text, the first after a separator (or the
+    array's "[") at ``start``: each text adds its length and one separator."""
+    return list(
+        map(operator.add, accumulate(map(len, texts)), range(start + 1, start + 1 + len(texts)))
+    )

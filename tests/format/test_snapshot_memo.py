@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import replace
 
 import icechunk_spark.format.state as state_format
@@ -130,3 +131,31 @@ def test_a_state_whose_old_entries_are_other_objects_is_encoded_from_them() -> N
     assert json.loads(text)["snapshots"][5]["properties"]["message"] == "rewritten"
     shorter = {k: v for k, v in changed.items() if k != "S0000"}
     assert encode_state(_state(shorter)) == _fresh(_state(shorter))
+
+
+def test_any_sequence_of_states_encodes_to_the_bytes_of_a_fresh_encoding() -> None:
+    # What commits, reads and expiry do to the list, in random order: append one (a commit),
+    # replace the last by a copy (its entry decoded afresh from the state file), the same
+    # with its metadata in another key order, drop from the front (expiry), relink one in
+    # the middle. Every state must encode as if nothing were remembered.
+    rng = random.Random(7)
+    snapshots = _history(6)
+    serial = 6
+    for _ in range(300):
+        ids = list(snapshots)
+        move = rng.randrange(5)
+        if move == 0 or len(ids) < 3:
+            snapshots[f"N{serial}"] = SnapshotInfo(f"N{serial}", ids[-1], serial, f"F{serial}")
+            serial += 1
+        elif move == 1:
+            snapshots[ids[-1]] = replace(snapshots[ids[-1]])
+        elif move == 2:
+            old = snapshots[ids[-2]]
+            snapshots[ids[-2]] = replace(old, metadata=dict(reversed(list(old.metadata.items()))))
+        elif move == 3:
+            del snapshots[ids[0]]
+        else:
+            k = ids[rng.randrange(1, len(ids))]
+            snapshots[k] = replace(snapshots[k], parent_relinked=True)
+        state = _state(dict(snapshots))
+        assert encode_state(state) == _fresh(state)
