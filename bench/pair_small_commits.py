@@ -71,7 +71,10 @@ def main() -> None:
     build((work / "built").as_uri(), args.refs)
     repos = {}
     for side, module in modules.items():
-        shutil.copytree(work / "built", work / f"repo-{side}")
+        # Not the temporary files of the hint the build's last commit is still writing.
+        shutil.copytree(
+            work / "built", work / f"repo-{side}", ignore=shutil.ignore_patterns(".tmp-*")
+        )
         repos[side] = module.Repository.open((work / f"repo-{side}").as_uri())
     os.sync()  # no commit's fsync waits for the copies' writeback
     for k in range(WARM_UP + args.history):
