@@ -6,10 +6,9 @@ import json
 import random
 from dataclasses import replace
 
-import icechunk_spark.format.state as state_format
 from icechunk_spark.format import SnapshotInfo, State, decode_state, encode_state
-from icechunk_spark.format.snapshot_memo import SnapshotMemo
 from icechunk_spark.format.state import GCFence
+from tests.support.state_codec import fresh_encode
 
 
 def _history(n: int) -> dict[str, SnapshotInfo]:
@@ -41,16 +40,6 @@ def _state(snapshots: dict[str, SnapshotInfo], generation: int = 7) -> State:
         gc_fence=GCFence(3, 1_700_000_000_000),
         change_id="c",
     )
-
-
-def _fresh(state: State) -> bytes:
-    """``encode_state`` with nothing remembered: every entry encoded from its value."""
-    kept = state_format._MEMO
-    state_format._MEMO = SnapshotMemo()
-    try:
-        return encode_state(state)
-    finally:
-        state_format._MEMO = kept
 
 
 def _one_dump(state: State) -> bytes:
@@ -106,11 +95,11 @@ def test_a_state_one_commit_longer_reuses_the_last_text_and_stays_byte_exact() -
         snapshots = {**snapshots, f"N{i}": SnapshotInfo(f"N{i}", parent, 2 + i, f"G{i}")}
         states.append(states[-1].next(snapshots=snapshots))
     for state in states:
-        assert encode_state(state) == _fresh(state)
+        assert encode_state(state) == fresh_encode(state)
     # Whatever came before (a longer state, a shorter one, the same one twice), each result
     # is the whole document.
     for state in [states[3], states[1], states[1], states[2], states[0], states[3]]:
-        assert encode_state(state) == _fresh(state)
+        assert encode_state(state) == fresh_encode(state)
 
 
 def test_a_state_whose_old_entries_are_other_objects_is_encoded_from_them() -> None:
@@ -122,15 +111,15 @@ def test_a_state_whose_old_entries_are_other_objects_is_encoded_from_them() -> N
     assert reordered == snapshots["S0001"]
     later = {**snapshots, "S0001": reordered, "N": SnapshotInfo("N", "S0009", 1, "FN")}
     text = encode_state(_state(later))
-    assert text == _fresh(_state(later))
+    assert text == fresh_encode(_state(later))
     assert list(json.loads(text)["snapshots"][1]["properties"]["metadata"]) == ["tags", "job"]
     # A changed entry in the middle, then an entry dropped from the front (expiry).
     changed = {**later, "S0005": replace(snapshots["S0005"], message="rewritten")}
     text = encode_state(_state(changed))
-    assert text == _fresh(_state(changed))
+    assert text == fresh_encode(_state(changed))
     assert json.loads(text)["snapshots"][5]["properties"]["message"] == "rewritten"
     shorter = {k: v for k, v in changed.items() if k != "S0000"}
-    assert encode_state(_state(shorter)) == _fresh(_state(shorter))
+    assert encode_state(_state(shorter)) == fresh_encode(_state(shorter))
 
 
 def test_any_sequence_of_states_encodes_to_the_bytes_of_a_fresh_encoding() -> None:
@@ -158,4 +147,4 @@ def test_any_sequence_of_states_encodes_to_the_bytes_of_a_fresh_encoding() -> No
             k = ids[rng.randrange(1, len(ids))]
             snapshots[k] = replace(snapshots[k], parent_relinked=True)
         state = _state(dict(snapshots))
-        assert encode_state(state) == _fresh(state)
+        assert encode_state(state) == fresh_encode(state)

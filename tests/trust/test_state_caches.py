@@ -15,29 +15,10 @@ import pytest
 import icechunk_spark.format.state as state_format
 from icechunk_spark import Repository
 from icechunk_spark.core.refs import read_latest_state
-from icechunk_spark.format import State, encode_state
+from icechunk_spark.format import encode_state
 from icechunk_spark.format.keys import state_key
-from icechunk_spark.format.snapshot_memo import SnapshotMemo
 from icechunk_spark.storage import open_storage
-
-
-def _fresh_decode(data: bytes) -> State:
-    """What a process that never read a state makes of ``data``."""
-    kept = state_format._LAST_TEXT, state_format._MEMO
-    state_format._LAST_TEXT, state_format._MEMO = None, SnapshotMemo()
-    try:
-        return state_format._decode_state(data, "t/x")
-    finally:
-        state_format._LAST_TEXT, state_format._MEMO = kept
-
-
-def _fresh_encode(state: State) -> bytes:
-    kept = state_format._MEMO
-    state_format._MEMO = SnapshotMemo()
-    try:
-        return encode_state(state)
-    finally:
-        state_format._MEMO = kept
+from tests.support.state_codec import fresh_decode, fresh_encode
 
 
 @pytest.fixture
@@ -83,8 +64,8 @@ def test_a_long_lived_reader_sees_what_a_fresh_process_decodes(repo: Repository,
             repo.create_tag(f"t{k}", repo.lookup_branch("main"))
         seen = read_latest_state(storage)
         data = storage.get(state_key(seen.generation))
-        assert seen == _fresh_decode(data), step
-        assert encode_state(seen) == _fresh_encode(seen), step
+        assert seen == fresh_decode(data), step
+        assert encode_state(seen) == fresh_encode(seen), step
         last = state_format._LAST_TEXT
         reused += bool(last and last[0].reused)
     # The reads after the commits took the short way; expiry's rewritten states did not.
