@@ -24,8 +24,8 @@ def row_groups_to_parquet(table: pa.Table, row_group_size: int, **options: objec
     """
     if 0 < table.num_rows <= row_group_size and not _has_dictionary(table.schema):
         # One group of plain columns (a small commit's manifest and transaction log): the
-        # same file from one call, without a writer object and a loop in Python (a fifth of
-        # encoding a manifest of a few hundred rows).
+        # same file from one call, without a writer object and a loop in Python (about 7 %
+        # of encoding a manifest of a few hundred rows).
         return table_to_parquet(table, row_group_size=row_group_size, **options)
     schema = pa.schema(
         [

@@ -14,8 +14,8 @@ itself: ``state_text`` parses only what follows the last state's entries.)
 from __future__ import annotations
 
 import operator
-from itertools import accumulate
 from collections.abc import Callable, Iterable, Mapping
+from itertools import accumulate
 from typing import Any, Generic, TypeVar
 
 # A decoded snapshot (``state.SnapshotInfo``; generic so this module needs no import of it).
