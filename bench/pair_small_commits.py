@@ -1,7 +1,7 @@
 """Two revisions of the package, the same small commits, paired in one process.
 
     .venv/bin/python bench/pair_small_commits.py REV_A REV_B [--commits 200] [--refs 100000] \
-        [--history N]
+        [--history N] [--arrays N]
 
 This machine's speed changes by up to 2.5x over tens of minutes, so two runs minutes apart
 differ by more than most changes do. Here both revisions run side by side instead: each
@@ -11,7 +11,10 @@ opens its own copy of bench_splitting's repository, and their small commits (one
 slow phase slows both alike. Printed: each side's wall time (median, quartiles) and process
 CPU time per commit (all threads, tails of the other side's commit included alike), and the
 median of B/A over the pairs. ``--history N``: N more untimed commits a side first (the state
-file lists every snapshot, so its cost grows with history).
+file lists every snapshot, so its cost grows with history). ``--arrays N``: instead, a
+repository of N arrays of one chunk each (bench_many_arrays.py's, made through our API), all
+sharing one manifest, and each commit changes the chunk of one of them (every array gets a
+new manifest ref, as in icechunk#2348's case).
 """
 
 from __future__ import annotations
@@ -26,13 +29,16 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_splitting import CommitTimes, build, small_commit
 from bench.common import print_table
+from bench.many_arrays_side import create_arrays_natively
 
 ROOT = Path(__file__).resolve().parent.parent
 WARM_UP = 10
@@ -62,13 +68,19 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=200)
     parser.add_argument("--refs", type=int, default=100_000)
     parser.add_argument("--history", type=int, default=0)
+    parser.add_argument("--arrays", type=int, default=0)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-pair-"))
     modules = {
         "A": import_revision(args.rev_a, "ics_rev_a", work / "a"),
         "B": import_revision(args.rev_b, "ics_rev_b", work / "b"),
     }
-    build((work / "built").as_uri(), args.refs)
+    if args.arrays:
+        build_many((work / "built").as_uri(), args.arrays)
+        commit = touch_one
+    else:
+        build((work / "built").as_uri(), args.refs)
+        commit = small_commit
     repos = {}
     for side, module in modules.items():
         # Not the temporary files of the hint the build's last commit is still writing.
@@ -79,11 +91,11 @@ def main() -> None:
     os.sync()  # no commit's fsync waits for the copies' writeback
     for k in range(WARM_UP + args.history):
         for side in "AB":
-            small_commit(repos[side], k)
+            commit(repos[side], k)
     runs: dict[str, list[CommitTimes]] = {"A": [], "B": []}
     for k in range(args.commits):
         for side in "AB" if (k // 2 + k) % 2 else "BA":
-            runs[side].append(small_commit(repos[side], k, SETTLE_S))
+            runs[side].append(commit(repos[side], k, SETTLE_S))
 
     rows = []
     for side, rev in (("A", args.rev_a), ("B", args.rev_b)):
@@ -93,15 +105,41 @@ def main() -> None:
             [f"{side}: {rev}", median * 1000, f"{q1 * 1000:.2f} - {q3 * 1000:.2f}", cpu * 1000]
         )
     ratios = [b.wall / a.wall for a, b in zip(runs["A"], runs["B"], strict=True)]
+    repository = (
+        f"{args.arrays:,} arrays of one chunk sharing a manifest, one changed a commit"
+        if args.arrays
+        else f"bench_splitting's repository, {args.refs:,} refs in its big variable"
+    )
     print_table(
         f"{args.commits} small commits per side, alternating in one process "
-        f"(bench_splitting's repository, {args.refs:,} refs in its big variable, "
-        f"{WARM_UP + args.history:,} commits before); "
+        f"({repository}, {WARM_UP + args.history:,} commits before); "
         f"B/A wall time per pair, median: {statistics.median(ratios):.3f}",
         ["revision", "wall median ms", "quartiles ms", "process CPU median ms"],
         rows,
     )
     shutil.rmtree(work, ignore_errors=True)
+
+
+def build_many(url: str, arrays: int) -> None:
+    """A repository of ``arrays`` one-chunk arrays in one commit (bench_many_arrays.py's)."""
+    from icechunk_spark import Repository
+
+    session = Repository.create(url).writable_session()
+    create_arrays_natively(session, arrays)
+    session.commit(f"{arrays} arrays")
+
+
+def touch_one(repo: Any, k: int, settle_s: float = 0.0) -> CommitTimes:
+    """``small_commit`` for ``build_many``'s repository: the one chunk of ``/g000/a001``."""
+    session = repo.writable_session()
+    session.set_chunk("/g000/a001", (0,), bytes([k % 256]) * 40)
+    wall, cpu, own = time.perf_counter(), time.process_time(), time.thread_time()
+    session.commit(f"touch one {k}")
+    wall = time.perf_counter() - wall
+    own = time.thread_time() - own
+    if settle_s:
+        time.sleep(settle_s)
+    return CommitTimes(wall, time.process_time() - cpu, own)
 
 
 if __name__ == "__main__":
