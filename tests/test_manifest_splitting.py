@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from icechunk_spark import Repository
-from icechunk_spark.core.manifest_writes import Span
+from icechunk_spark.core.manifest_writes import ManifestParts
 from icechunk_spark.storage import open_storage
 from tests.support.counting import CountingStorage
 
@@ -227,6 +227,32 @@ def test_pieces_are_built_a_few_at_a_time_and_written_all(tmp_path, monkeypatch)
     assert repo.readonly_session().get_chunk("/var", (39, 1)) == b"v"
 
 
+def test_a_change_to_one_of_many_arrays_sharing_a_manifest_keeps_every_other_chunk(tmp_path):
+    # Twelve arrays share one manifest; each commit changes one (the first, one in the middle,
+    # the last, two at once), so the others' rows are carried over as slices of the old
+    # manifest, side by side. Every chunk of every array reads back after each commit.
+    repo = Repository.create(tmp_path.as_uri())
+    session = repo.writable_session()
+    expected: dict[tuple[str, tuple[int]], bytes] = {}
+    for i in range(12):
+        session.create_array(f"/a{i:02d}", shape=(3,), chunk_shape=(1,), dtype="int8")
+        for k in range(3):
+            expected[(f"/a{i:02d}", (k,))] = f"{i}-{k}".encode()
+            session.set_chunk(f"/a{i:02d}", (k,), expected[(f"/a{i:02d}", (k,))])
+    session.commit("twelve arrays")
+    assert len(repo.manifests()) == 1
+    for step, changed in enumerate([["/a00"], ["/a05"], ["/a11"], ["/a03", "/a08"]]):
+        session = repo.writable_session()
+        for path in changed:
+            expected[(path, (1,))] = f"step {step}".encode()
+            session.set_chunk(path, (1,), expected[(path, (1,))])
+        session.commit(f"step {step}")
+        (manifest,) = repo.manifests()
+        assert len(manifest.arrays) == 12
+        reader = repo.readonly_session()
+        assert {key: reader.get_chunk(*key) for key in expected} == expected
+
+
 def test_arrays_kept_from_two_old_manifests_are_packed_into_one(tmp_path):
     # Bins of 6 refs: four arrays of 3 chunks take two manifests. Emptying one array of each
     # puts the other two, unchanged, into one new manifest: their rows come from both.
@@ -264,8 +290,16 @@ def test_arrays_kept_from_two_old_manifests_are_packed_into_one(tmp_path):
         assert reader.get_chunk(path, (0,)) is None
 
 
-def test_a_span_of_manifest_rows_continues_only_a_span_of_the_same_table():
-    one, other = pa.table({"x": [1, 2, 3]}), pa.table({"x": [1, 2, 3]})
-    assert Span(one, 0, 2).continued_by(Span(one, 2, 3))
-    assert not Span(one, 0, 2).continued_by(Span(other, 2, 3))
-    assert not Span(one, 0, 1).continued_by(Span(one, 2, 3))
+def test_carried_rows_join_only_rows_that_follow_them_in_the_same_table():
+    one, other = pa.table({"x": [1, 2, 3, 4]}), pa.table({"x": [1, 2, 3, 4]})
+    fresh = pa.table({"x": [9]})
+    parts = ManifestParts()
+    parts.carry(one, 0, 1)
+    parts.carry(one, 1, 3)  # follows: one slice
+    parts.carry(other, 3, 4)  # another table
+    parts.carry(other, 0, 1)  # the same table, but not what follows
+    parts.add(fresh)
+    parts.carry(other, 1, 2)  # follows rows of other, but a fresh table came between
+    tables = parts.tables()
+    assert [t.column("x").to_pylist() for t in tables] == [[1, 2, 3], [4], [1], [9], [2]]
+    assert ManifestParts().tables() == []

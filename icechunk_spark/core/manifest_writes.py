@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future, wait
-from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -71,32 +70,29 @@ def write_packed_manifests(
     written with the structure file in one round."""
 
     def write_one(manifest: PlannedManifest) -> list[tuple[int, ManifestRef]]:
-        manifest_id = new_object_id()
+        manifest_id, set_name = new_object_id(), manifest.set_name
         ids = sorted(manifest.array_ids)
         spans = carried.spans(ids) if carried else {}
         # Arrays in id order, each sorted by coord: the manifest order. Carried arrays side by
         # side in an old manifest are one slice of it, so the parts need no sort (a change to
         # one of 50 arrays sharing a manifest: two slices and that array's rows).
-        parts: list[pa.Table | Span] = []
+        parts = ManifestParts()
         out = []
         for node_id in ids:
             carried_here = spans.get(node_id)
             if carried_here is not None:
-                span, old = carried_here
-                ref = ManifestRef(manifest_id, old.extent, old.ref_count, manifest.set_name)
-                if parts and isinstance(parts[-1], Span) and parts[-1].continued_by(span):
-                    parts[-1] = Span(span.table, parts[-1].start, span.stop)
-                else:
-                    parts.append(span)
+                table, start, stop, old = carried_here
+                parts.carry(table, start, stop)
+                ref = ManifestRef(manifest_id, old.extent, old.ref_count, set_name)
             else:
                 refs = refs_for(node_id)
                 if refs.num_rows == 0:
                     continue
-                parts.append(with_array_id(refs.table, node_id))
-                ref = ManifestRef(manifest_id, refs.extent(), refs.num_rows, manifest.set_name)
+                parts.add(with_array_id(refs.table, node_id))
+                ref = ManifestRef(manifest_id, refs.extent(), refs.num_rows, set_name)
             out.append((node_id, ref))
-        if parts:
-            tables = [p.rows() if isinstance(p, Span) else p for p in parts]
+        tables = parts.tables()
+        if tables:
             table = pa.concat_tables(same_location_types(tables), promote_options="permissive")
             rows = manifest_rows(table, presorted=True)
             key = manifest_key(manifest_id)
@@ -182,9 +178,10 @@ class Carried:
     def __bool__(self) -> bool:
         return bool(self._refs)
 
-    def spans(self, node_ids: Sequence[int]) -> dict[int, tuple[Span, ManifestRef]]:
-        """Where the carried arrays among ``node_ids`` sit in their old manifests, beside
-        their refs to those."""
+    def spans(self, node_ids: Sequence[int]) -> dict[int, tuple[pa.Table, int, int, ManifestRef]]:
+        """Where the carried arrays among ``node_ids`` sit in their old manifests (the table,
+        first row, row after the last), beside their refs to those. Plain tuples: a change to
+        one of 5,760 arrays sharing a manifest asks for 5,759."""
         by_source: dict[str, list[int]] = {}
         for node_id in node_ids:
             old = self._refs.get(node_id)
@@ -193,21 +190,40 @@ class Carried:
         out = {}
         for source, ids in by_source.items():
             table = self._table(source)
+            refs = self._refs
             for node_id, (start, stop) in zip(ids, array_row_spans(table, ids), strict=True):
-                out[node_id] = (Span(table, start, stop), self._refs[node_id])
+                out[node_id] = (table, start, stop, refs[node_id])
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
-    """Rows ``[start, stop)`` of a manifest table."""
+class ManifestParts:
+    """The tables a manifest is cut from, in order: fresh tables, and slices of old manifests,
+    rows carried side by side joined into one slice (5,759 carried arrays: one or two)."""
 
-    table: pa.Table
-    start: int
-    stop: int
+    def __init__(self) -> None:
+        self._parts: list[pa.Table] = []
+        self._run: tuple[pa.Table, int, int] | None = None  # rows [start, stop) of a table
 
-    def continued_by(self, other: Span) -> bool:
-        return other.table is self.table and other.start == self.stop
+    def carry(self, table: pa.Table, start: int, stop: int) -> None:
+        """Rows ``[start, stop)`` of ``table``; they continue the last ones if they follow
+        them in the same table."""
+        run = self._run
+        if run is not None and run[0] is table and run[2] == start:
+            self._run = (table, run[1], stop)
+        else:
+            self._close_run()
+            self._run = (table, start, stop)
 
-    def rows(self) -> pa.Table:
-        return self.table.slice(self.start, self.stop - self.start)
+    def add(self, fresh: pa.Table) -> None:
+        self._close_run()
+        self._parts.append(fresh)
+
+    def tables(self) -> list[pa.Table]:
+        self._close_run()
+        return self._parts
+
+    def _close_run(self) -> None:
+        if self._run is not None:
+            table, start, stop = self._run
+            self._parts.append(table.slice(start, stop - start))
+            self._run = None
