@@ -272,6 +272,40 @@ def test_first_fit_decreasing() -> None:
     assert contents(fresh_plan(arrays, config)) == [("default", (0, 1, 3)), ("default", (2, 4))]
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_first_fit_decreasing_equals_the_textbook_walk(seed: int) -> None:
+    # Biggest first (ties by path), each into the first bin with room: walked here the plain
+    # way, beside the plan's packing (which skips the walk when everything fits one bin).
+    rng = random.Random(seed)
+    limit = rng.choice([1, 2, 5, 10, 40, 1000])
+    sizes = [rng.randint(1, min(limit, 12)) for _ in range(rng.randint(1, 30))]
+    arrays = by_id(*(stats(i, f"/a{rng.randint(0, 9)}/{i}", n) for i, n in enumerate(sizes)))
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for a in sorted(arrays.values(), key=lambda a: (-a.initialized_chunks, a.path, a.array_id)):
+        free = [k for k, r in enumerate(room) if r >= a.initialized_chunks]
+        if not free:
+            bins.append([])
+            room.append(limit)
+        k = free[0] if free else len(bins) - 1
+        bins[k].append(a.array_id)
+        room[k] -= a.initialized_chunks
+    config = parse_config(
+        f"chunk-manifests: {{sets: [{{default: {{max-manifest-size: {limit}}}}}]}}"
+    )
+    expected = sorted(("default", tuple(sorted(b))) for b in bins)
+    assert contents(fresh_plan(arrays, config)) == expected
+
+
+@pytest.mark.parametrize(("sizes", "bins"), [([4, 3, 3], 1), ([4, 3, 4], 2), ([10], 1)])
+def test_arrays_filling_a_manifest_exactly_share_it_and_one_more_chunk_does_not(
+    sizes: list[int], bins: int
+) -> None:
+    config = parse_config("chunk-manifests: {sets: [{default: {max-manifest-size: 10}}]}")
+    arrays = by_id(*(stats(i, f"/a{i}", n) for i, n in enumerate(sizes)))
+    assert len(contents(fresh_plan(arrays, config))) == bins
+
+
 def test_equal_sizes_break_ties_by_path() -> None:
     config = parse_config("chunk-manifests: {sets: [{default: {max-manifest-size: 10}}]}")
     arrays = by_id(stats(1, "/b", 4), stats(2, "/a", 4), stats(3, "/c", 4))
