@@ -91,7 +91,10 @@ class Node:
 
     @property
     def ref_count(self) -> int:
-        return sum(m.ref_count for m in self.manifests)
+        manifests = self.manifests
+        if len(manifests) == 1:  # most arrays: no generator to sum one count
+            return manifests[0].ref_count
+        return sum(m.ref_count for m in manifests)
 
 
 def make_node(
