@@ -253,6 +253,31 @@ def test_a_change_to_one_of_many_arrays_sharing_a_manifest_keeps_every_other_chu
         assert {key: reader.get_chunk(*key) for key in expected} == expected
 
 
+def test_arrays_carried_into_a_rewritten_manifest_share_one_ref_where_theirs_are_equal(tmp_path):
+    # The new snapshot's nodes outlive the commit; a ref and a tuple for each of thousands of
+    # carried arrays would be that many more objects for the interpreter's collector to walk.
+    repo = Repository.create(tmp_path.as_uri())
+    session = repo.writable_session()
+    for i in range(8):
+        session.create_array(f"/a{i}", shape=(3,), chunk_shape=(1,), dtype="int8")
+        for k in (0, 1, 2) if i < 6 else (0, 2):  # six of 3 refs, two of 2: extents alike
+            session.set_chunk(f"/a{i}", (k,), bytes([i, k]))
+    session.commit("eight arrays")
+    session = repo.writable_session()
+    session.set_chunk("/a0", (0,), b"new")
+    session.commit("one changed")
+    nodes = {n.path: n for n in repo.readonly_session().list_nodes() if n.type == "array"}
+    (manifest_id,) = {m.manifest_id for n in nodes.values() for m in n.manifests}
+    three = {id(nodes[f"/a{i}"].manifests) for i in range(1, 6)}
+    two = {id(nodes[f"/a{i}"].manifests) for i in (6, 7)}
+    assert len(three) == len(two) == 1 and three != two
+    assert id(nodes["/a0"].manifests) not in three  # the changed array has its own
+    assert nodes["/a1"].manifests[0].ref_count == 3 and nodes["/a6"].manifests[0].ref_count == 2
+    assert nodes["/a1"].manifests[0].manifest_id == manifest_id
+    assert nodes["/a1"].manifests[0].extent == nodes["/a6"].manifests[0].extent == ((0, 3),)
+    assert repo.readonly_session().get_chunk("/a7", (2,)) == bytes([7, 2])
+
+
 def test_arrays_kept_from_two_old_manifests_are_packed_into_one(tmp_path):
     # Bins of 6 refs: four arrays of 3 chunks take two manifests. Emptying one array of each
     # puts the other two, unchanged, into one new manifest: their rows come from both.

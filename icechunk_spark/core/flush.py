@@ -135,6 +135,7 @@ def build_snapshot(
         if node.type == "array" and (node.id in plan.closure or node.id in own):
             # Not make_node: the document is parsed already (5,760 arrays: 0.3 s); nor
             # dataclasses.replace, which costs ~10 us a node (a small commit's arrays: 0.5 ms).
+            # tuple() of a tuple is that tuple: refs the manifest writer shared stay shared.
             manifests = tuple(new_refs.get(node.id, ()))
             # The attribute ref stays: the document is where it was, only the manifests move.
             ref = node.attrs_ref
