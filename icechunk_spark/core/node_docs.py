@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -47,8 +49,49 @@ def array_doc(
     }
     if dimension_names is not None:
         doc["dimension_names"] = list(dimension_names)
-    _validate_array_doc(path, doc)
-    return json.dumps(doc).encode()
+    return _validated_text(path, doc).encode()
+
+
+class _RecentlyValid:
+    """The texts of the last documents zarr accepted. Thousands of arrays made alike (one
+    document) are checked once: zarr's parse costs about 0.3 ms an array, over a second for
+    5,760 arrays. Only accepted documents are kept; a rejected one is parsed every time."""
+
+    SIZE = 64
+
+    def __init__(self) -> None:
+        self._texts: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __contains__(self, text: str) -> bool:
+        with self._lock:
+            if text in self._texts:
+                self._texts.move_to_end(text)
+                return True
+            return False
+
+    def add(self, text: str) -> None:
+        with self._lock:
+            self._texts[text] = None
+            if len(self._texts) > self.SIZE:
+                self._texts.popitem(last=False)
+
+
+_RECENTLY_VALID = _RecentlyValid()
+
+
+def _validated_text(path: str, doc: Mapping[str, Any]) -> str:
+    """``doc`` as JSON text, once zarr accepts it (or accepted the same text lately)."""
+    try:
+        text: str | None = json.dumps(doc)
+    except (TypeError, ValueError):
+        text = None  # zarr gets its say first, as before: its error names the field
+    if text is None or text not in _RECENTLY_VALID:
+        _validate_array_doc(path, doc)
+        if text is None:
+            text = json.dumps(doc)  # zarr took it, JSON cannot: the same error as ever
+        _RECENTLY_VALID.add(text)
+    return text
 
 
 def _validate_array_doc(path: str, doc: Mapping[str, Any]) -> None:
