@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -131,15 +130,7 @@ def build_many(url: str, arrays: int) -> None:
 
 def touch_one(repo: Any, k: int, settle_s: float = 0.0) -> CommitTimes:
     """``small_commit`` for ``build_many``'s repository: the one chunk of ``/g000/a001``."""
-    session = repo.writable_session()
-    session.set_chunk("/g000/a001", (0,), bytes([k % 256]) * 40)
-    wall, cpu, own = time.perf_counter(), time.process_time(), time.thread_time()
-    session.commit(f"touch one {k}")
-    wall = time.perf_counter() - wall
-    own = time.thread_time() - own
-    if settle_s:
-        time.sleep(settle_s)
-    return CommitTimes(wall, time.process_time() - cpu, own)
+    return small_commit(repo, k, settle_s, path="/g000/a001", chunks=1)
 
 
 if __name__ == "__main__":
