@@ -1,5 +1,5 @@
-"""Thousands of arrays in one commit (icechunk#2348: 5,760 arrays took over 10 minutes), then a
-commit touching one of them; beside Icechunk in the same run.
+"""Thousands of arrays in one commit (icechunk#2348: 5,760 arrays took over 10 minutes), then
+commits touching one of them (the median of seven); beside Icechunk in the same run.
 
     .venv/bin/python bench/bench_many_arrays.py [--arrays 5760] [--repeat 1]
 
