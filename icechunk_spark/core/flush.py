@@ -236,8 +236,6 @@ def _ref_count(
     refs = merged.get(node.id)
     if refs is not None:
         return refs.num_rows
-    if not changes.staged.get(node.id):  # most arrays: nothing staged, nothing to union
-        return node.ref_count
     staged = changes.staged_refs(node.id)
     if staged is None:
         return node.ref_count
