@@ -39,31 +39,29 @@ def open_system(system: str, path: str) -> tuple[Any, Any]:
 
 
 def array_path(i: int, arrays: int) -> str:
-    """Where ``create_arrays`` puts the ``i``-th of ``arrays`` arrays."""
+    """Where the ``i``-th of ``arrays`` arrays is made: ``gNNN/aNNN``, 96 groups."""
     per_group = -(-arrays // GROUPS)
     return f"g{i // per_group:03d}/a{i % per_group:03d}"
 
 
 def create_arrays(store: Any, arrays: int) -> None:
     root = zarr.group(store)
-    per_group = -(-arrays // GROUPS)
     for i in range(arrays):
-        group = root.require_group(f"g{i // per_group:03d}")
-        array = group.create_array(
-            f"a{i % per_group:03d}", shape=(10,), chunks=(10,), dtype="float32", compressors=None
+        group_name, name = array_path(i, arrays).split("/")
+        array = root.require_group(group_name).create_array(
+            name, shape=(10,), chunks=(10,), dtype="float32", compressors=None
         )
         array[:] = np.full(10, i, dtype="float32")
 
 
 def create_arrays_natively(session: Any, arrays: int) -> None:
     """The same arrays and chunks through our own API (no zarr-python): the engine's cost."""
-    per_group = -(-arrays // GROUPS)
     session.create_group("/")
     for i in range(arrays):
-        group = f"/g{i // per_group:03d}"
+        path = "/" + array_path(i, arrays)
+        group = path.rsplit("/", 1)[0]
         if session.find_node(group) is None:
             session.create_group(group)
-        path = f"{group}/a{i % per_group:03d}"
         session.create_array(path, (10,), (10,), "float32")
         session.set_chunk_values(path, (0,), np.full(10, i, dtype="float32"))
 
