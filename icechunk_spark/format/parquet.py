@@ -7,10 +7,23 @@ import pyarrow.parquet as pq
 
 from ..errors import FormatError
 
+# Files of at most this many rows are compressed with LZ4 (Parquet's LZ4_RAW), bigger ones with
+# zstd. Each column chunk pays zstd a fixed cost, a third of encoding a small commit's
+# structure file, manifest or transaction log (a structure file of 55 rows: 0.63 -> 0.34 ms),
+# and on files this small LZ4 compresses as tightly (5,811 bytes against 5,965; a manifest of
+# 606 rows 4,852 against 4,908). From a few thousand rows on, zstd's ratio pays for itself
+# (16 Ki manifest rows: 3.5 % smaller), and big manifests are most of a repository's bytes.
+LZ4_MAX_ROWS = 4096
+
+
+def codec_for(num_rows: int) -> str:
+    """The compression of a Parquet file of ``num_rows`` rows (see ``LZ4_MAX_ROWS``)."""
+    return "lz4" if num_rows <= LZ4_MAX_ROWS else "zstd"
+
 
 def table_to_parquet(table: pa.Table, **options: object) -> bytes:
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", **options)
+    pq.write_table(table, sink, compression=codec_for(table.num_rows), **options)
     return bytes(sink.getvalue().to_pybytes())
 
 
@@ -35,7 +48,7 @@ def row_groups_to_parquet(table: pa.Table, row_group_size: int, **options: objec
         metadata=table.schema.metadata,
     )
     sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, schema, compression="zstd", **options) as writer:
+    with pq.ParquetWriter(sink, schema, compression=codec_for(table.num_rows), **options) as writer:
         for start in range(0, max(table.num_rows, 1), row_group_size):
             group = table.slice(start, row_group_size)
             columns = [_plain(group.column(i)) for i in range(group.num_columns)]
