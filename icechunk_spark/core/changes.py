@@ -164,13 +164,20 @@ def refs_table(coords: list[bytes], refs: list[Pending], array_ids: np.ndarray) 
             "offset": pa.array(
                 [r.offset if r and r.kind != "inline" else None for r in refs], pa.uint64()
             ),
-            "length": pa.array(
-                [r.length if r and r.kind != "inline" else None for r in refs], pa.uint64()
-            ),
+            # An inline ref's length is its byte count, as a manifest records it.
+            "length": pa.array([_length(r) for r in refs], pa.uint64()),
             "checksum": pa.array([r.checksum if r else None for r in refs], pa.string()),
         },
         schema=CONFORMED_REF_SCHEMA,
     )
+
+
+def _length(ref: Pending) -> int | None:
+    if ref is None:
+        return None
+    if ref.kind == "inline":
+        return None if ref.inline_data is None else len(ref.inline_data)
+    return ref.length
 
 
 @dataclass(frozen=True, slots=True)

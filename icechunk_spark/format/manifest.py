@@ -236,8 +236,8 @@ def with_inline_lengths(refs: pa.Table) -> pa.Table:
     if refs.num_rows == 0:
         return refs
     inline = refs.column("inline_data")
-    if inline.null_count == len(inline):
-        return refs
+    if inline.null_count == len(inline) or refs.column("length").null_count == 0:
+        return refs  # no inline refs, or every ref's length recorded already
     lengths = pc.if_else(
         pc.is_valid(inline),
         pc.cast(pc.binary_length(inline), pa.uint64()),
@@ -253,9 +253,11 @@ def _array_ids(column: pa.ChunkedArray) -> np.ndarray:
 
     Not ``to_numpy``: it imports pandas (0.3-0.6 s, most of a cold process's first lookup).
     """
+    if column.type != pa.uint64():  # a cast to its own type still costs a compute call
+        column = column.cast(pa.uint64())
     parts = [
         np.frombuffer(chunk.buffers()[1], np.uint64)[chunk.offset : chunk.offset + len(chunk)]
-        for chunk in column.cast(pa.uint64()).chunks
+        for chunk in column.chunks
     ]
     if not parts:
         return np.zeros(0, np.uint64)
