@@ -9,10 +9,10 @@ from ..errors import FormatError
 
 # Files of at most this many rows are compressed with LZ4 (Parquet's LZ4_RAW), bigger ones with
 # zstd. Each column chunk pays zstd a fixed cost, a third of encoding a small commit's
-# structure file, manifest or transaction log (a structure file of 55 rows: 0.63 -> 0.34 ms),
-# and on files this small LZ4 compresses as tightly (5,811 bytes against 5,965; a manifest of
-# 606 rows 4,852 against 4,908). From a few thousand rows on, zstd's ratio pays for itself
-# (16 Ki manifest rows: 3.5 % smaller), and big manifests are most of a repository's bytes.
+# structure file, manifest or transaction log, and at that size LZ4 compresses within 3 %
+# (bench/bench_compression.py: a structure file of 55 nodes 0.55 -> 0.35 ms, 5,966 -> 5,815
+# bytes; a shared manifest of 508 rows 0.38 -> 0.26 ms, 4,500 -> 4,639 bytes). Big manifests,
+# most of a repository's bytes, stay zstd: 3.5 % smaller from 16 Ki rows on.
 LZ4_MAX_ROWS = 4096
 
 

@@ -1,0 +1,162 @@
+"""What-if experiments on a small commit: the package as it is beside the same package with
+one step changed, commits alternating in one process.
+
+    .venv/bin/python bench/pair_variants.py VARIANT [--commits 250] [--refs 100000]
+
+``pair_small_commits.py`` compares two revisions; this compares the package with itself,
+one step altered on side B only, to learn what a step costs before rewriting it: bounds, not
+changes to ship (some variants give up durability). The repository is bench_splitting's,
+copied for each side; each commit changes one chunk of `small7` in a session of its own,
+sides alternating A B B A, so a slow phase of the machine slows both alike. Printed: each
+side's median wall, process CPU and calling-thread CPU per commit, and the median of B/A over
+the pairs.
+
+Variants (side B):
+- ``none``: nothing changed (the harness's own noise).
+- ``data-unsynced``: the build's objects (manifest, structure file, transaction log) are
+  written without fsync, of the file or its folder.
+- ``state-unsynced``: the state file's temporary copy is not fsync'ed before it is linked
+  into place (its folder still is).
+- ``busy-start`` / ``busy-end``: 0.5 ms more of the calling thread's CPU at the start of the
+  build, or beside its last writes (while reading the state to swap): whether that thread's
+  work is what the commit waits for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bench_splitting import CommitTimes, build, small_commit
+from bench.common import print_table
+from icechunk_spark import Repository
+from icechunk_spark.core import commit as commit_module
+from icechunk_spark.core import flush
+from icechunk_spark.storage import local
+
+BUSY_S = 0.0005
+
+
+def busy(seconds: float) -> None:
+    """Spin the calling thread's CPU for ``seconds``."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+@contextmanager
+def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    saved = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, saved)
+
+
+def _data_unsynced() -> Any:
+    def put(self: local.LocalStorage, key: str, data: bytes) -> None:
+        os.replace(self._write_temp(key, data, durable=False), self._path(key))
+
+    return patched(local.LocalStorage, "put", put)
+
+
+def _state_unsynced() -> Any:
+    original = local.LocalStorage.put_if_absent
+
+    def put_if_absent(self: local.LocalStorage, key: str, data: bytes) -> bool:
+        write = self._write_temp
+        self._write_temp = lambda key, data, durable=True: write(key, data, durable=False)  # type: ignore[method-assign]
+        try:
+            return original(self, key, data)
+        finally:
+            del self._write_temp
+
+    return patched(local.LocalStorage, "put_if_absent", put_if_absent)
+
+
+def _busy_start() -> Any:
+    original = flush.current_nodes  # type: ignore[attr-defined]
+
+    def current_nodes(*args: Any) -> Any:
+        busy(BUSY_S)
+        return original(*args)
+
+    return patched(flush, "current_nodes", current_nodes)
+
+
+def _busy_end() -> Any:
+    original = commit_module.Commit._read_state
+
+    def read_state(self: commit_module.Commit) -> None:
+        busy(BUSY_S)
+        original(self)
+
+    return patched(commit_module.Commit, "_read_state", read_state)
+
+
+VARIANTS: dict[str, Callable[[], Any]] = {
+    "none": lambda: patched(commit_module, "MAX_REBASES", commit_module.MAX_REBASES),
+    "data-unsynced": _data_unsynced,
+    "state-unsynced": _state_unsynced,
+    "busy-start": _busy_start,
+    "busy-end": _busy_end,
+}
+SETTLE_S = 0.004  # the hint a commit writes behind it lands before the next commit's timer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("variant", choices=sorted(VARIANTS))
+    parser.add_argument("--commits", type=int, default=250)
+    parser.add_argument("--refs", type=int, default=100_000)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-variants-"))
+    build((work / "a").as_uri(), args.refs)
+    time.sleep(0.5)  # the hint behind the build's commit lands before the copy
+    shutil.copytree(work / "a", work / "b")
+    os.sync()
+    repos = {side: Repository.open((work / side.lower()).as_uri()) for side in "AB"}
+    times: dict[str, list[CommitTimes]] = {"A": [], "B": []}
+    for k in range(2 * args.commits + 20):
+        side = "ABBA"[k % 4]
+        if side == "B":
+            with VARIANTS[args.variant]():
+                done = small_commit(repos["B"], k, SETTLE_S)
+        else:
+            done = small_commit(repos["A"], k, SETTLE_S)
+        if k >= 20:  # warmed up
+            times[side].append(done)
+    ratio = statistics.median(b.wall / a.wall for a, b in zip(times["A"], times["B"], strict=True))
+    print_table(
+        f"{args.commits} small commits a side, B = {args.variant}; B/A wall per pair, median: "
+        f"{ratio:.3f}",
+        ["side", "wall median ms", "process CPU ms", "calling thread CPU ms"],
+        [
+            [
+                side,
+                statistics.median(t.wall for t in times[side]) * 1e3,
+                statistics.median(t.cpu for t in times[side]) * 1e3,
+                statistics.median(t.thread_cpu for t in times[side]) * 1e3,
+            ]
+            for side in "AB"
+        ],
+    )
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
