@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -82,19 +83,14 @@ def main() -> None:
         commit = small_commit
     repos = {}
     for side, module in modules.items():
-        # Not the temporary files of the hint the build's last commit is still writing.
-        shutil.copytree(
-            work / "built", work / f"repo-{side}", ignore=shutil.ignore_patterns(".tmp-*")
-        )
+        copy_repository(work / "built", work / f"repo-{side}")
         repos[side] = module.Repository.open((work / f"repo-{side}").as_uri())
     os.sync()  # no commit's fsync waits for the copies' writeback
-    for k in range(WARM_UP + args.history):
-        for side in "AB":
-            commit(repos[side], k)
-    runs: dict[str, list[CommitTimes]] = {"A": [], "B": []}
-    for k in range(args.commits):
-        for side in "AB" if (k // 2 + k) % 2 else "BA":
-            runs[side].append(commit(repos[side], k, SETTLE_S))
+    runs = alternate(
+        lambda side, k, settle_s: commit(repos[side], k, settle_s),
+        args.commits,
+        WARM_UP + args.history,
+    )
 
     rows = []
     for side, rev in (("A", args.rev_a), ("B", args.rev_b)):
@@ -103,7 +99,6 @@ def main() -> None:
         rows.append(
             [f"{side}: {rev}", median * 1000, f"{q1 * 1000:.2f} - {q3 * 1000:.2f}", cpu * 1000]
         )
-    ratios = [b.wall / a.wall for a, b in zip(runs["A"], runs["B"], strict=True)]
     repository = (
         f"{args.arrays:,} arrays of one chunk sharing a manifest, one changed a commit"
         if args.arrays
@@ -112,11 +107,38 @@ def main() -> None:
     print_table(
         f"{args.commits} small commits per side, alternating in one process "
         f"({repository}, {WARM_UP + args.history:,} commits before); "
-        f"B/A wall time per pair, median: {statistics.median(ratios):.3f}",
+        f"B/A wall time per pair, median: {wall_ratio(runs):.3f}",
         ["revision", "wall median ms", "quartiles ms", "process CPU median ms"],
         rows,
     )
     shutil.rmtree(work, ignore_errors=True)
+
+
+def copy_repository(built: Path, to: Path) -> None:
+    """A copy of the repository at ``built`` for one side, without the temporary files of
+    the hint its last commit may still be writing."""
+    shutil.copytree(built, to, ignore=shutil.ignore_patterns(".tmp-*"))
+
+
+def alternate(
+    commit: Callable[[str, int, float], CommitTimes], commits: int, warm_up: int
+) -> dict[str, list[CommitTimes]]:
+    """``commit(side, k, settle_s)`` on sides "A" and "B": ``warm_up`` untimed commits a side,
+    then ``commits`` a side in the order BA AB AB BA ..., so a slow phase of the machine slows
+    both alike. Returns each side's times, pair by pair."""
+    for k in range(warm_up):
+        for side in "AB":
+            commit(side, k, 0.0)
+    runs: dict[str, list[CommitTimes]] = {"A": [], "B": []}
+    for k in range(commits):
+        for side in "AB" if (k // 2 + k) % 2 else "BA":
+            runs[side].append(commit(side, k, SETTLE_S))
+    return runs
+
+
+def wall_ratio(runs: dict[str, list[CommitTimes]]) -> float:
+    """The median of B's wall time over A's, pair by pair."""
+    return statistics.median(b.wall / a.wall for a, b in zip(runs["A"], runs["B"], strict=True))
 
 
 def build_many(url: str, arrays: int) -> None:

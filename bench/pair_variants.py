@@ -7,9 +7,9 @@ one step changed, commits alternating in one process.
 one step altered on side B only, to learn what a step costs before rewriting it: bounds, not
 changes to ship (some variants give up durability). The repository is bench_splitting's,
 copied for each side; each commit changes one chunk of `small7` in a session of its own,
-sides alternating A B B A, so a slow phase of the machine slows both alike. Printed: each
-side's median wall, process CPU and calling-thread CPU per commit, and the median of B/A over
-the pairs.
+sides alternating as there (``pair_small_commits.alternate``), so a slow phase of the
+machine slows both alike. Printed: each side's median wall, process CPU and calling-thread
+CPU per commit, and the median of B/A over the pairs.
 
 Variants (side B):
 - ``none``: nothing changed (the harness's own noise).
@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_splitting import CommitTimes, build, small_commit
 from bench.common import print_table
+from bench.pair_small_commits import WARM_UP, alternate, copy_repository, wall_ratio
 from icechunk_spark import Repository
 from icechunk_spark.core import commit as commit_module
 from icechunk_spark.core import flush
@@ -113,7 +114,6 @@ VARIANTS: dict[str, Callable[[], Any]] = {
     "busy-start": _busy_start,
     "busy-end": _busy_end,
 }
-SETTLE_S = 0.004  # the hint a commit writes behind it lands before the next commit's timer
 
 
 def main() -> None:
@@ -125,22 +125,21 @@ def main() -> None:
     parser.add_argument("--refs", type=int, default=100_000)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-variants-"))
-    build((work / "a").as_uri(), args.refs)
-    time.sleep(0.5)  # the hint behind the build's commit lands before the copy
-    shutil.copytree(work / "a", work / "b")
-    os.sync()
-    repos = {side: Repository.open((work / side.lower()).as_uri()) for side in "AB"}
-    times: dict[str, list[CommitTimes]] = {"A": [], "B": []}
-    for k in range(2 * args.commits + 20):
-        side = "ABBA"[k % 4]
-        if side == "B":
-            with VARIANTS[args.variant]():
-                done = small_commit(repos["B"], k, SETTLE_S)
-        else:
-            done = small_commit(repos["A"], k, SETTLE_S)
-        if k >= 20:  # warmed up
-            times[side].append(done)
-    ratio = statistics.median(b.wall / a.wall for a, b in zip(times["A"], times["B"], strict=True))
+    build((work / "built").as_uri(), args.refs)
+    repos = {}
+    for side in "AB":
+        copy_repository(work / "built", work / side)
+        repos[side] = Repository.open((work / side).as_uri())
+    os.sync()  # no commit's fsync waits for the copies' writeback
+
+    def commit(side: str, k: int, settle_s: float) -> CommitTimes:
+        if side == "A":
+            return small_commit(repos["A"], k, settle_s)
+        with VARIANTS[args.variant]():
+            return small_commit(repos["B"], k, settle_s)
+
+    times = alternate(commit, args.commits, WARM_UP)
+    ratio = wall_ratio(times)
     print_table(
         f"{args.commits} small commits a side, B = {args.variant}; B/A wall per pair, median: "
         f"{ratio:.3f}",
