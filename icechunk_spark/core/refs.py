@@ -4,7 +4,7 @@ Readers read ``icechunk.json`` (a hint), then probe ``t/<g+1>``, ``t/<g+2>``… 
 absent, so a stale or missing hint is harmless. Writers create ``t/<g+1>`` with put-if-absent:
 exactly one writer wins each generation. Only then is ``icechunk.json`` replaced.
 
-Two things make this truthful under faults:
+What makes this truthful under faults:
 
 * **A lost answer is settled by reading back.** Storage may apply a write and lose the answer
   (a dropped connection, a 500 after the write), or the client's own retry of an applied write
@@ -17,6 +17,10 @@ Two things make this truthful under faults:
   deletes state files one at a time, oldest first, so after the probe misses ``t/<g+1>`` the
   reader checks that ``t/<g>`` is still there: if so, ``t/<g+1>`` never was (the newest state
   file is never deleted); if not, the reader lists ``t/`` and probes from its newest.
+* **A re-created generation is taken back.** A writer stalled between reading state ``g`` and
+  creating ``t/<g+1>`` can find it absent again when others landed ``t/<g+1>``… and GC
+  deleted them (all but the newest): after creating, it checks that ``t/<g>`` still exists
+  (``_recreated_a_deleted_generation``), and otherwise deletes its fork and reads again.
 * **A damaged hint is ignored.** A hint that cannot be decoded (truncated, garbled) is treated
   as a missing one: readers list ``t/``, whose newest state file decides (and must decode).
 """
@@ -113,7 +117,14 @@ def publish_state(storage: Storage, state: State, hints: HintWriter | None = Non
             whether the state file was written cannot be told.
     """
     data = encode_state(replace(state, change_id=new_object_id()))
-    if not _create_exactly(storage, state_key(state.generation), data):
+    key = state_key(state.generation)
+    if not _create_exactly(storage, key, data):
+        return False
+    if _recreated_a_deleted_generation(storage, state.generation):
+        # Ours is a fork no reader follows: take it back, and lose the round. The caller
+        # reads the latest state (GC's fence among it) and tries again, or refuses.
+        with contextlib.suppress(StorageError):
+            storage.delete([key])
         return False
     # The commit happened above; the hint is best effort (a newer one may already be there, and
     # readers probe forward from any generation), so its failure must not undo the commit,
@@ -124,6 +135,30 @@ def publish_state(storage: Storage, state: State, hints: HintWriter | None = Non
     with contextlib.suppress(StorageError):
         storage.put_best_effort(HINT_KEY, data)
     return True
+
+
+def _recreated_a_deleted_generation(storage: Storage, generation: int) -> bool:
+    """Whether the state file just created as ``generation`` may re-create one GC deleted.
+
+    A writer reads state ``g`` and creates ``t/<g+1>``; if it stalls between the two while
+    other writers land ``t/<g+1>``, ``t/<g+2>``… and GC (with a cut-off later than those)
+    deletes every state file below its fence, ``t/<g+1>`` is absent again and the create
+    succeeds: a second ``t/<g+1>`` beside newer states, a commit no one sees. GC deletes
+    state files oldest first, so ``t/<g+1>`` can have been deleted only if ``t/<g>`` was
+    before it: while ``t/<g>`` exists after our create, the generation was ours alone.
+    (Readers make the same check after their probe, ``read_latest_state``.)
+
+    Raises:
+        CommitStateUnknownError: storage could not say whether ``t/<g>`` exists.
+    """
+    if generation == 0:
+        return False
+    try:
+        return not storage.exists(state_key(generation - 1))
+    except StorageError as exc:
+        raise CommitStateUnknownError(
+            None, f"could not check that state file {generation - 1} survived ({exc})"
+        ) from exc
 
 
 def _create_exactly(storage: Storage, key: str, data: bytes) -> bool:

@@ -59,6 +59,38 @@ def test_stalled_hint_writer_after_gc_loses_nothing(faulty):
     assert Repository.open(faulty.inner).state().generation == fresh.state().generation
 
 
+def test_a_writer_stalled_before_creating_its_state_file_forks_nothing(faulty):
+    """It read state ``g``; others land ``g+1``… and GC deletes them all but the newest before
+    it creates ``t/<g+1>``, which is absent again: it must not report a commit no one sees."""
+    repo = create(faulty, config={"inline_chunk_threshold_bytes": 8})  # no chunk files
+    session = repo.writable_session()
+    session.create_array("/a", shape=(8,), chunk_shape=(1,), dtype="uint8")
+    session.commit("create /a")
+    other = Repository.open(faulty.inner)
+
+    stalled = repo.writable_session()
+    stalled.set_chunk("/a", (0,), b"\0")
+    reached, release = faulty.hold("put_if_absent", "t/")
+    outcome: list[object] = []
+    thread = threading.Thread(target=lambda: outcome.append(stalled.commit("stalled")))
+    thread.start()
+    assert reached.wait(30)  # state g read, t/<g+1> about to be created
+    others = [_commit(other, c) for c in (1, 2, 3)]
+    time.sleep(faulty.mtime_resolution_ms / 1000 + 0.05)  # the state files age past the cut-off
+    summary = other.garbage_collect(datetime.now(UTC) + timedelta(seconds=2))
+    assert summary.state_files_deleted >= 4  # t/<g+1> among them
+    release.set()
+    thread.join(60)
+
+    (committed,) = outcome
+    fresh = Repository.open(faulty.inner)
+    history = [s.id for s in fresh.ancestry(branch="main")]
+    assert committed in history, "the writer was told of a commit that is not in the history"
+    assert history[:4] == [committed, *reversed(others)]
+    reader = fresh.readonly_session()
+    assert [reader.get_chunk("/a", (i,)) for i in range(4)] == [bytes([i]) for i in range(4)]
+
+
 def _state_files(storage: FaultyStorage) -> list[int]:
     return sorted(int(i.key[len(STATE_PREFIX) :]) for i in storage.list(STATE_PREFIX))
 
