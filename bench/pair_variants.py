@@ -100,9 +100,9 @@ def _busy_start() -> Any:
 def _busy_end() -> Any:
     original = commit_module.Commit._read_state
 
-    def read_state(self: commit_module.Commit) -> None:
+    def read_state(self: commit_module.Commit, snapshot_id: str, structure_id: str) -> None:
         busy(BUSY_S)
-        original(self)
+        original(self, snapshot_id, structure_id)
 
     return patched(commit_module.Commit, "_read_state", read_state)
 

@@ -17,7 +17,9 @@
      this commit already; otherwise ``AlreadyCommittedError``.
 3. **Publish**: create state file ``t/<g+1>`` with put-if-absent (``refs.publish_state``), the
    commit point. Losing that race means another writer took generation ``g+1``: back to 2.
-   The hint ``icechunk.json`` is written behind the commit (``hints``).
+   Its bytes were prepared while the build's last objects were written, when the state read
+   then let the commit publish as it is (``prepared``). The hint ``icechunk.json`` is written
+   behind the commit (``hints``).
 
 A commit that loses a round (the branch moved, or the race) waits its turn among the writers
 on the branch, oldest first, before it rebases (``waiters``): advisory markers that decide
@@ -58,6 +60,7 @@ from .config import RepositoryConfig
 from .conflicts import ConflictPolicy, Theirs, find_conflicts, resolve
 from .flush import BuiltSnapshot, build_snapshot
 from .overlay import current_nodes
+from .prepared import PreparedState
 from .rebase_path import snapshots_since_base
 from .refs import ensure_writable, publish_state, read_latest_state
 from .requirements import AssertNoGCSince, AssertNotCommitted, AssertRefSnapshotId
@@ -116,6 +119,7 @@ class Commit:
         self._options = options
         self._once = AssertNotCommitted(branch, dict(options.once)) if options.once else None
         self._state_read: State | None = None  # read while a build's last objects were written
+        self._prepared = PreparedState(handle.storage)  # its successor (``_prepare``)
 
     def run(self) -> Committed:
         """Build, check the requirements, publish; rebase and retry while the branch moves.
@@ -133,18 +137,19 @@ class Commit:
             check_amendable(read_latest_state(storage), self._branch, self.base.snapshot_id)
         turns = TurnTaking(storage, self._branch)
 
-        def first_look() -> None:
+        def first_look(snapshot_id: str, structure_id: str) -> None:
             # The waiters' first listing goes beside the first read of the state, and both
             # beside the build's last writes: on object storage an uncontended commit waits
             # for one round of them, not for each in turn.
             turns.look_ahead(self._handle.pool)
-            self._read_state()
+            self._read_state(snapshot_id, structure_id)
 
         try:
             built = self._build(first_look)
             return self._land(built, turns)
         finally:
             turns.leave()
+            self._prepared.drop()
 
     def _land(self, built: BuiltSnapshot, turns: TurnTaking) -> Committed:
         """Check, publish, and rebase and retry while the branch moves: ``run``'s loop. After
@@ -190,9 +195,12 @@ class Commit:
                 # lacks what landed since, and must never be published.
                 built = self._build()
                 continue
-            proposed = self._next_state(state, built)
+            proposed, data = self._prepared.take(state, built.snapshot_id) or (
+                self._next_state(state, built.snapshot_id, built.structure_id),
+                None,
+            )
             try:
-                if publish_state(storage, proposed, self._handle.hints):
+                if publish_state(storage, proposed, self._handle.hints, data):
                     return Committed(built, proposed)
             except CommitStateUnknownError as unknown:
                 raise CommitStateUnknownError(built.snapshot_id, unknown.reason) from unknown
@@ -205,7 +213,7 @@ class Commit:
             f"commits and {lost_races} lost races; the branch is too busy, retry later"
         )
 
-    def _build(self, while_writing: Callable[[], None] | None = None) -> BuiltSnapshot:
+    def _build(self, while_writing: Callable[[str, str], None] | None = None) -> BuiltSnapshot:
         """Build on ``base``; ``while_writing`` (default: reading the state to swap) runs while
         the last objects are written."""
         built = self._build_snapshot(while_writing or self._read_state)
@@ -215,7 +223,7 @@ class Commit:
             storage.put(key, merged_txlog(storage, [self.base.snapshot_id], extra=own))
         return built
 
-    def _build_snapshot(self, while_writing: Callable[[], None]) -> BuiltSnapshot:
+    def _build_snapshot(self, while_writing: Callable[[str, str], None]) -> BuiltSnapshot:
         try:
             return build_snapshot(
                 self._handle.storage,
@@ -233,14 +241,34 @@ class Commit:
             self._stale_if_collected(missing)
             raise
 
-    def _read_state(self) -> None:
+    def _read_state(self, snapshot_id: str, structure_id: str) -> None:
         """Read the state to swap while the build's last objects are written: on object
-        storage its three round trips (hint, probe, check) overlap their one."""
+        storage its three round trips (hint, probe, check) overlap their one. Then prepare
+        its successor (``_prepare``)."""
         self._state_read = read_latest_state(self._handle.storage)
+        self._prepare(self._state_read, snapshot_id, structure_id)
 
     def _take_state_read(self) -> State | None:
         state, self._state_read = self._state_read, None
         return state
+
+    def _prepare(self, state: State, snapshot_id: str, structure_id: str) -> None:
+        """When ``state`` lets the snapshot being built be published as it is, prepare the
+        state that publishes it (``core.prepared``); ``_land`` takes it if it publishes on
+        this very state, after the same checks."""
+        self._prepared.drop()
+        if not self._options.amend and self._publishable_as_is(state):
+            proposed = self._next_state(state, snapshot_id, structure_id)
+            self._prepared.prepare(state, snapshot_id, proposed)
+
+    def _publishable_as_is(self, state: State) -> bool:
+        """Whether ``_land`` would publish on ``state`` without rebasing or refusing."""
+        return (
+            state.status.writable
+            and (self._once is None or self._once.landed(state) is None)
+            and AssertNoGCSince(max(self.fresh_since, self._fences_checked)).holds(state)
+            and AssertRefSnapshotId(self._branch, self.base.snapshot_id).holds(state)
+        )
 
     def _stale_if_collected(self, missing: NotFoundError) -> None:
         """An object this commit reads (a staged ref file, a chunk file) is gone: when a GC
@@ -261,16 +289,16 @@ class Commit:
             "collect garbage with a cut-off older than the longest write (e.g. 7 days)"
         ) from missing
 
-    def _next_state(self, state: State, built: BuiltSnapshot) -> State:
+    def _next_state(self, state: State, snapshot_id: str, structure_id: str) -> State:
         tip = self.base.snapshot_id
         parent = state.snapshots.get(tip)
         now = int(time.time() * 1000)
         info = SnapshotInfo(
-            id=built.snapshot_id,
+            id=snapshot_id,
             parent_id=tip,
             # Never before the parent, so as_of lookups stay ordered along a branch.
             timestamp_ms=max(now, parent.timestamp_ms if parent else now),
-            structure_file=built.structure_id,
+            structure_file=structure_id,
             message=self._options.message,
             metadata=self._options.stored_metadata,
             once_marks=(dict(self._once.marks),) if self._once else (),

@@ -71,7 +71,7 @@ def build_snapshot(
     progress: Progress | None = None,
     piece_runner: PieceRunner | None = None,
     base_structure: StructureTables | None = None,
-    while_writing: Callable[[], None] | None = None,
+    while_writing: Callable[[str, str], None] | None = None,
 ) -> BuiltSnapshot:
     """Write a snapshot's files; ``chunk_stats`` (node id -> statistics of chunks written in
     the session, see ``format.manifest.attach_stats``) become ``stat_*`` manifest columns.
@@ -79,7 +79,8 @@ def build_snapshot(
     pieces of split arrays whose refs are staged (default: here, a few at a time).
     ``base_structure``: the tables ``base``'s structure file was written from, if at hand
     (unchanged nodes' rows are copied from them). ``while_writing`` runs while the last
-    objects are written (the caller's reads, side by side with them)."""
+    objects are written (the caller's reads, side by side with them), given the snapshot's
+    and the structure file's ids."""
     stats = chunk_stats or {}
     nodes = current_nodes(base, changes)
     arrays = {n.id: n for n in nodes.values() if n.type == "array"}
@@ -162,7 +163,7 @@ def build_snapshot(
         deferred.put(key, encode)
     try:
         if while_writing is not None:
-            while_writing()
+            while_writing(snapshot_id, structure_id)
     finally:
         deferred.wait()  # whatever happens, nothing is still being written on return
     for manifest_id, table in deferred.tables.items():

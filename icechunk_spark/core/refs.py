@@ -108,15 +108,23 @@ def _read_newest_listed(storage: Storage) -> State:
     return decode_state(storage.get(keys[-1]), keys[-1])
 
 
-def publish_state(storage: Storage, state: State, hints: HintWriter | None = None) -> bool:
+def state_file_bytes(state: State) -> bytes:
+    """The state file of ``state``, with a fresh ``change-id`` (how a writer knows its own)."""
+    return encode_state(replace(state, change_id=new_object_id()))
+
+
+def publish_state(
+    storage: Storage, state: State, hints: HintWriter | None = None, data: bytes | None = None
+) -> bool:
     """Try to commit ``state`` as its generation. ``False`` when another writer won it.
     ``hints``: write the hint behind the commit, on the I/O threads (default: here, now).
+    ``data``: ``state_file_bytes(state)``, made (and maybe prepared) before.
 
     Raises:
         CommitStateUnknownError: storage failed on every attempt and on every read-back, so
             whether the state file was written cannot be told.
     """
-    data = encode_state(replace(state, change_id=new_object_id()))
+    data = state_file_bytes(state) if data is None else data
     key = state_key(state.generation)
     if not _create_exactly(storage, key, data):
         return False

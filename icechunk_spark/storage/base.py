@@ -63,6 +63,15 @@ class Storage(ABC):
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Atomically create an object; ``False`` (nothing written) when it exists already."""
 
+    def prepare_put_if_absent(self, key: str, data: bytes) -> None:  # noqa: B027 - optional
+        """A head start on ``put_if_absent(key, data)`` with these very bytes (the same
+        object), which may follow: a backend may write them now where it would then, so the
+        create itself is quick. Nothing is visible before ``put_if_absent``; a caller that
+        will not create calls ``drop_prepared``. Default: nothing ahead."""
+
+    def drop_prepared(self, key: str, data: bytes) -> None:  # noqa: B027 - optional
+        """Forget ``prepare_put_if_absent(key, data)`` and what it wrote (nothing if none)."""
+
     @abstractmethod
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         """Objects whose key starts with ``prefix``, in no set order.

@@ -2,7 +2,8 @@
 
 Writes go to a temporary file in the same folder, are fsync'ed, and are published atomically:
 ``os.replace`` for plain puts, ``os.link`` for put-if-absent (link fails if the name exists, so
-exactly one writer wins and no reader ever sees a half-written file).
+exactly one writer wins and no reader ever sees a half-written file). A put-if-absent may be
+prepared: its temporary file written and synced ahead, the link left for later.
 
 Durability: a name is an entry in its folder, and a folder is an entry in its parent; fsync of
 a file makes its bytes durable, not its name. So after publishing, the folder is fsync'ed too,
@@ -43,6 +44,14 @@ class LocalStorage(Storage):
         self.root = Path(root).absolute()
         self.url = self.root.as_uri()
         self._root = str(self.root)
+        # (key, id of the bytes) -> (the bytes, their temporary file), for put_if_absent. By
+        # the bytes' identity: two commits of a process may prepare one generation, each its
+        # own bytes. The entry holds them, so no other object can take their id meanwhile.
+        self._prepared: dict[tuple[str, int], tuple[bytes, str]] = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        # A handle on the same folder: another process has its own prepared files.
+        return {**self.__dict__, "_prepared": {}}
 
     def _path(self, key: str) -> str:
         # A string, not a Path: pathlib costs tens of microseconds a write, and a small
@@ -108,9 +117,31 @@ class LocalStorage(Storage):
         except OSError as exc:
             raise self._failure(exc, f"writing {key!r}") from exc
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def prepare_put_if_absent(self, key: str, data: bytes) -> None:
+        """Write and fsync the temporary file now; ``put_if_absent`` then only links it (a
+        commit's state file: synced beside the build's last objects, not after them)."""
         try:
             tmp = self._write_temp(key, data)
+        except OSError:
+            return  # a head start only: put_if_absent writes it, and reports what fails
+        self._prepared[(key, id(data))] = (data, tmp)
+
+    def drop_prepared(self, key: str, data: bytes) -> None:
+        entry = self._prepared.pop((key, id(data)), None)
+        if entry is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(entry[1])
+
+    def _take_prepared(self, key: str, data: bytes) -> str | None:
+        """The temporary file prepared for these very bytes; put_if_absent removes it, linked
+        or not. Gone meanwhile (GC sweeps old temporary files)? Then the link fails, and
+        ``refs.publish_state`` reads back and tries again, unprepared."""
+        entry = self._prepared.pop((key, id(data)), None)
+        return None if entry is None else entry[1]
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        try:
+            tmp = self._take_prepared(key, data) or self._write_temp(key, data)
         except OSError as exc:
             raise self._failure(exc, f"creating {key!r}") from exc
         path = self._path(key)

@@ -120,6 +120,25 @@ class ObjectChecks(StorageHooks):
         assert storage.put_if_absent("t/empty", b"") is True, "an empty object can be created"
         assert storage.get("t/empty") == b""
 
+    def test_prepared_put_if_absent_is_a_put_if_absent(self, storage: Storage) -> None:
+        key, other = "t/00000000000000000003", "t/00000000000000000004"
+        mine = b"prepared"
+        storage.prepare_put_if_absent(key, mine)
+        with pytest.raises(NotFoundError):
+            storage.get(key)  # nothing is visible before the create
+        assert [i.key for i in storage.list("t/")] == [], "a prepared object was listed"
+        assert storage.put_if_absent(key, mine) is True
+        assert storage.get(key) == mine
+        storage.prepare_put_if_absent(other, mine)
+        assert storage.put_if_absent(other, b"theirs") is True  # another writer's bytes
+        assert storage.put_if_absent(other, mine) is False, "a prepared create overwrote"
+        assert storage.get(other) == b"theirs"
+        storage.prepare_put_if_absent("t/dropped", mine)
+        storage.drop_prepared("t/dropped", mine)
+        with pytest.raises(NotFoundError):
+            storage.get("t/dropped")
+        assert list(storage.list_temporary()) == [], "prepared files were left behind"
+
     def test_put_if_absent_race_between_threads(self, storage: Storage) -> None:
         keys = keys_to_race(self.race_keys)
         barrier = threading.Barrier(self.race_threads)

@@ -3,7 +3,7 @@
 Every broken backend is a real one (memory or local files) with one method wrong the way a
 backend author could get it wrong; the suite's method must then fail. For the retry checks,
 which are about a backend's request path, the broken part is the retry loop of
-``FlakyTransport`` (a simulated transport over memory storage). Every one of the 24 checks
+``FlakyTransport`` (a simulated transport over memory storage). Every one of the 25 checks
 has a broken backend here, and passes on that backend's unbroken base.
 """
 
@@ -193,6 +193,14 @@ class RetriesReadsOnly(FlakyTransport):
             raise StorageError(f"{operation} failed: {exc}") from exc
 
 
+class PreparedWritesThrough(MemoryStorage):
+    """Prepares a put-if-absent by putting the object: visible before it is created, and a
+    create over it by another writer is refused."""
+
+    def prepare_put_if_absent(self, key: str, data: bytes) -> None:
+        self.put(key, data)
+
+
 # (broken backend, the suite's check, what its failure says)
 BROKEN: list[tuple[type[Storage], str, str]] = [
     (CheckThenWrite, "test_put_if_absent_race_between_threads", "exactly one must be"),
@@ -202,6 +210,7 @@ BROKEN: list[tuple[type[Storage], str, str]] = [
     (RangePastTheEndFails, "test_get_range_is_clipped_to_the_object", "raised StorageError"),
     (EmptyRangeSkipsTheObject, "test_get_range_of_a_missing_key_raises_not_found", "DID NOT"),
     (PutIfAbsentOverwrites, "test_put_if_absent_creates_once", "must not change the object"),
+    (PreparedWritesThrough, "test_prepared_put_if_absent_is_a_put_if_absent", "DID NOT RAISE"),
     (PrefixWithoutSlash, "test_list_by_folder_prefix", r"list\('c/'\) gave"),
     (FoldersOnly, "test_list_prefix_is_a_string_prefix", r"list\('t/0+'\) gave \[\]"),
     (FoldersOnly, "test_keys_the_format_uses", "list of the exact key"),

@@ -49,6 +49,19 @@ class CountingStorage(Storage):
         self.puts[self._kind(key)] += 1
         return self.inner.put_if_absent(key, data)
 
+    def put_best_effort(self, key: str, data: bytes) -> None:
+        self.puts[self._kind(key)] += 1
+        self.inner.put_best_effort(key, data)
+
+    def prepare_put_if_absent(self, key: str, data: bytes) -> None:
+        self.inner.prepare_put_if_absent(key, data)  # counted when put_if_absent creates it
+
+    def drop_prepared(self, key: str, data: bytes) -> None:
+        self.inner.drop_prepared(key, data)
+
+    def list_temporary(self) -> Iterator[ObjectInfo]:
+        return self.inner.list_temporary()
+
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         return self.inner.list(prefix)
 

@@ -122,6 +122,15 @@ class FaultyStorage(Storage):
     def put(self, key: str, data: bytes) -> None:
         self._run("put", key, lambda: self.inner.put(key, data))
 
+    def prepare_put_if_absent(self, key: str, data: bytes) -> None:
+        self._run("prepare_put_if_absent", key, lambda: self.inner.prepare_put_if_absent(key, data))
+
+    def drop_prepared(self, key: str, data: bytes) -> None:
+        self.inner.drop_prepared(key, data)
+
+    def list_temporary(self) -> Iterator[ObjectInfo]:
+        return self.inner.list_temporary()
+
     def put_if_absent(self, key: str, data: bytes) -> bool:
         return bool(self._run("put_if_absent", key, lambda: self.inner.put_if_absent(key, data)))
 
