@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,18 @@ def test_only_small_manifests_are_kept_decoded_for_the_next_commit(
     storage.reset()
     session.commit("four refs")
     assert storage.gets["m"] == 1  # read back: it was not kept
+
+
+def test_a_builds_small_objects_are_held_until_started_and_none_is_left_unwritten(
+    tmp_path: Path,
+) -> None:
+    storage = CountingStorage(open_storage(tmp_path.as_uri()))
+    with ThreadPoolExecutor(2) as pool:
+        deferred = manifest_writes.DeferredPuts(storage, pool, budget=100)
+        deferred.put("s/structure", lambda: b"s")
+        deferred.put("x/log", lambda: b"x")
+        assert sum(storage.puts.values()) == 0, "an object was written before start"
+        deferred.start()
+        deferred.put("a/attributes", lambda: b"a")  # held after start: wait writes it too
+        deferred.wait()
+    assert [storage.get(k) for k in ("s/structure", "x/log", "a/attributes")] == [b"s", b"x", b"a"]

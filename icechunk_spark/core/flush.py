@@ -161,6 +161,7 @@ def build_snapshot(
         objects[attributes_key(attrs_id)] = lambda: encode_attributes_table(attributes)
     for key, encode in objects.items():
         deferred.put(key, encode)
+    deferred.start()  # the manifests held since write_packed_manifests too
     try:
         if while_writing is not None:
             while_writing(snapshot_id, structure_id)
