@@ -57,7 +57,12 @@ def test_a_small_commit_writes_its_manifest_structure_and_log_in_one_round(
 
 class MeetingStateRead(MeetingPuts):
     """``MeetingPuts``, and the state read (its first request, the hint) and the listing of
-    the branch's waiters join the meeting."""
+    the branch's waiters join the meeting. Remote, as object storage is: on local storage the
+    listing is made in line (``Storage.remote``)."""
+
+    def __init__(self, inner: Storage) -> None:
+        super().__init__(inner)
+        self.remote = True
 
     def get(self, key: str) -> bytes:
         if self.meeting is not None and key == HINT_KEY:
@@ -159,3 +164,33 @@ def test_a_builds_small_objects_are_held_until_started_and_none_is_left_unwritte
         deferred.put("a/attributes", lambda: b"a")  # held after start: wait writes it too
         deferred.wait()
     assert [storage.get(k) for k in ("s/structure", "x/log", "a/attributes")] == [b"s", b"x", b"a"]
+
+
+class ListingThreads(CountingStorage):
+    """Records the thread of each listing of the branch's waiters."""
+
+    def __init__(self, inner: Storage, remote: bool) -> None:
+        super().__init__(inner)
+        self.remote = remote
+        self.threads: list[threading.Thread] = []
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        if prefix.startswith(WAITERS_PREFIX):
+            self.threads.append(threading.current_thread())
+        return super().list(prefix)
+
+
+@pytest.mark.parametrize("remote", [True, False])
+def test_the_waiters_are_listed_beside_the_state_read_only_on_remote_storage(
+    tmp_path: Path, remote: bool
+) -> None:
+    # A round trip is worth overlapping; a local listing costs less than the handover.
+    storage = ListingThreads(open_storage(tmp_path.as_uri()), remote)
+    repo = _repository(storage)
+    session = repo.writable_session()
+    session.set_chunk("/a", (1,), b"\1")
+    storage.threads.clear()
+    session.commit("one chunk")
+    assert len(storage.threads) == 1
+    on_the_calling_thread = storage.threads[0] is threading.current_thread()
+    assert on_the_calling_thread is not remote

@@ -103,8 +103,10 @@ class TurnTaking:
     def look_ahead(self, pool: Executor) -> None:
         """List the markers on ``pool`` now, for the first ``take_turn``: a commit lists them
         beside its first read of the state, so an uncontended commit waits for no extra
-        round trip."""
-        self._first_look = pool.submit(self._list)
+        round trip. Not on local storage, whose listing costs less than the handover to
+        another thread (``Storage.remote``): ``take_turn`` lists them then."""
+        if self._storage.remote:
+            self._first_look = pool.submit(self._list)
 
     def take_turn(self, lost: bool, when_next: Callable[[], None] | None = None) -> bool:
         """Wait until no live marker is older than ours. ``lost``: this commit just lost a

@@ -36,6 +36,10 @@ class Storage(ABC):
     url: str
     # How coarse ``ObjectInfo.modified_ms`` of a listing is: a time t stands for [t, t + this).
     mtime_resolution_ms: int = 1
+    # Whether each request is a round trip over a network (object storage): worth sending
+    # beside other work. A local file system or memory answers in microseconds, less than
+    # handing the request to another thread costs.
+    remote: bool = True
 
     @abstractmethod
     def get(self, key: str) -> bytes:

@@ -39,6 +39,7 @@ class LocalStorage(Storage):
     # a time as "written within the next tick" or it would delete a file written after its
     # cut-off.
     mtime_resolution_ms = 10
+    remote = False
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).absolute()

@@ -14,6 +14,8 @@ _REGISTRY_LOCK = threading.Lock()
 
 
 class MemoryStorage(Storage):
+    remote = False
+
     def __init__(self, name: str = "") -> None:
         self.url = f"memory://{name}"
         self._objects: dict[str, tuple[bytes, int]] = {}

@@ -68,6 +68,7 @@ class FlakyTransport(Storage):
         self.fault = fault
         self.url = inner.url
         self.mtime_resolution_ms = inner.mtime_resolution_ms
+        self.remote = inner.remote
         self.injected = 0
         self._failed_once: set[str] = set()
         self._lock = threading.Lock()

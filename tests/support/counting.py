@@ -12,6 +12,8 @@ class CountingStorage(Storage):
     def __init__(self, inner: Storage) -> None:
         self.inner = inner
         self.url = inner.url
+        self.mtime_resolution_ms = inner.mtime_resolution_ms
+        self.remote = inner.remote
         self.gets: Counter[str] = Counter()
         self.get_bytes: Counter[str] = Counter()
         self.puts: Counter[str] = Counter()

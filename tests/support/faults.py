@@ -32,6 +32,7 @@ class FaultyStorage(Storage):
         self.inner = inner
         self.url = inner.url
         self.mtime_resolution_ms = inner.mtime_resolution_ms
+        self.remote = inner.remote
         self._rules: list[Rule] = []
         self._lock = threading.Lock()
 
