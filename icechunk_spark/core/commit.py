@@ -201,6 +201,7 @@ class Commit:
             )
             try:
                 if publish_state(storage, proposed, self._handle.hints, data):
+                    self._handle.known_state = proposed
                     return Committed(built, proposed)
             except CommitStateUnknownError as unknown:
                 raise CommitStateUnknownError(built.snapshot_id, unknown.reason) from unknown
@@ -245,7 +246,7 @@ class Commit:
         """Read the state to swap while the build's last objects are written: on object
         storage its three round trips (hint, probe, check) overlap their one. Then prepare
         its successor (``_prepare``)."""
-        self._state_read = read_latest_state(self._handle.storage)
+        self._state_read = read_latest_state(self._handle.storage, self._handle.known_state)
         self._prepare(self._state_read, snapshot_id, structure_id)
 
     def _take_state_read(self) -> State | None:

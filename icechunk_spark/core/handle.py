@@ -67,6 +67,10 @@ class RepoHandle:
         self._last_structure: tuple[str, StructureTables] | None = None
         # The thread preloading the manifests of the latest session's snapshot, if any.
         self.preload_thread: threading.Thread | None = None
+        # The newest state this handle read or published: a commit's state read starts there
+        # (``read_latest_state``'s ``known``). Threads may set it in any order: it is only
+        # where a probe starts, and any committed state will do.
+        self.known_state = state
 
     @classmethod
     def create(
@@ -103,7 +107,8 @@ class RepoHandle:
 
     def state(self) -> State:
         """The latest committed state (read fresh every call)."""
-        return read_latest_state(self.storage)
+        self.known_state = read_latest_state(self.storage)
+        return self.known_state
 
     def adopt_config(self, stored: Mapping[str, Any]) -> None:
         """Use ``stored`` (a state's config) from now on, under this handle's overrides."""

@@ -57,12 +57,33 @@ MAX_CAS_ATTEMPTS = 100
 PUBLISH_ATTEMPTS = 5
 
 
-def read_latest_state(storage: Storage) -> State:
-    """The newest committed state. Raises ``NotFoundError`` when there is no repository."""
+def read_latest_state(storage: Storage, known: State | None = None) -> State:
+    """The newest committed state. Raises ``NotFoundError`` when there is no repository.
+
+    ``known``: a state this process read or published (what its ``t/<g>`` holds, but for the
+    change-id), probed from first: while it is still the newest (a writer committing again)
+    the hint need not be read, one request fewer. When a newer one exists, the hint is read
+    as without it, and the newer of the two is probed from.
+    """
+    if known is not None:
+        key = state_key(known.generation + 1)
+        try:
+            newer = decode_state(storage.get(key), key)
+        except NotFoundError:
+            return _probed_from(storage, known, probed=True)
+        hinted = read_hint(storage)
+        start = hinted if hinted is not None and hinted.generation > newer.generation else newer
+        return _probed_from(storage, start)
     hinted = read_hint(storage)
-    start = _read_newest_listed(storage) if hinted is None else hinted
+    return _probed_from(storage, _read_newest_listed(storage) if hinted is None else hinted)
+
+
+def _probed_from(storage: Storage, start: State, probed: bool = False) -> State:
+    """The newest state from ``start`` on: ``read_latest_state``'s probe and check.
+    ``probed``: ``t/<start+1>`` was found absent already."""
     while True:
-        latest = _probe_forward(storage, start)
+        latest = start if probed else _probe_forward(storage, start)
+        probed = False
         # The miss that ended the probe says "no newer state" only if GC did not delete that
         # state meanwhile. GC deletes state files one at a time, oldest first, so while t/<g>
         # still exists (checked after the miss) t/<g+1> was not deleted before it: the miss

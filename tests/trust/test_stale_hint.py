@@ -15,6 +15,8 @@ from datetime import UTC, datetime, timedelta
 from icechunk_spark import Repository
 from icechunk_spark.core.refs import read_hint, read_latest_state
 from icechunk_spark.format.keys import HINT_KEY, STATE_PREFIX, state_key
+from icechunk_spark.format.state import State
+from icechunk_spark.storage import Storage
 from tests.support.faults import FaultyStorage, Rule
 from tests.support.helpers import hints_written
 from tests.trust.conftest import create
@@ -221,3 +223,62 @@ def test_a_commit_returns_before_its_hint_and_readers_find_it_all_the_same(fault
 def _hinted(storage: FaultyStorage) -> int:
     hint = read_hint(storage.inner)
     return -1 if hint is None else hint.generation
+
+
+def _history(faulty: FaultyStorage, commits: int) -> tuple[Repository, list[State]]:
+    """A repository and each state after its ``commits`` commits, read back."""
+    repo = create(faulty)
+    session = repo.writable_session()
+    session.create_array("/a", shape=(8,), chunk_shape=(1,), dtype="uint8")
+    session.commit("create /a")
+    states = []
+    for c in range(commits):
+        _commit(repo, c)
+        states.append(read_latest_state(faulty.inner))
+    hints_written(repo)
+    return repo, states
+
+
+class Reads(FaultyStorage):
+    """Records the keys read."""
+
+    def __init__(self, inner: Storage) -> None:
+        super().__init__(inner)
+        self.read: list[str] = []
+
+    def get(self, key: str) -> bytes:
+        self.read.append(key)
+        return super().get(key)
+
+
+def test_a_state_read_from_the_newest_known_state_skips_the_hint(faulty):
+    _, states = _history(faulty, 2)
+    reads = Reads(faulty.inner)
+    assert read_latest_state(reads, states[-1]) is states[-1]
+    assert reads.read == [state_key(states[-1].generation + 1)]  # the probe, no hint
+
+
+def test_a_state_read_from_an_older_known_state_finds_the_newest(faulty):
+    _, states = _history(faulty, 4)
+    newest = states[-1].generation
+    reads = Reads(faulty.inner)
+    assert read_latest_state(reads, states[0]).generation == newest
+    # Behind: the hint, not a probe per state file landed since.
+    first = state_key(states[0].generation + 1)
+    assert reads.read == [first, HINT_KEY, state_key(newest + 1)]
+    # The hint stale or gone: the probe goes on from the newer known state.
+    faulty.inner.put(HINT_KEY, faulty.inner.get(state_key(states[1].generation)))
+    assert read_latest_state(faulty, states[0]).generation == newest
+    faulty.inner.delete([HINT_KEY])
+    assert read_latest_state(faulty, states[0]).generation == newest
+
+
+def test_a_known_state_gc_deleted_is_not_taken_for_the_newest(faulty):
+    repo, states = _history(faulty, 4)
+    time.sleep(faulty.mtime_resolution_ms / 1000 + 0.05)  # the state files age past the cut-off
+    repo.garbage_collect(datetime.now(UTC) + timedelta(seconds=2))
+    assert states[0].generation not in _state_files(faulty)
+    latest = read_latest_state(faulty.inner)
+    assert read_latest_state(faulty, states[0]).generation == latest.generation
+    # Known newest and t/<g+1> gone: checked, never assumed.
+    assert read_latest_state(faulty, latest) is latest
