@@ -244,8 +244,8 @@ class Commit:
 
     def _read_state(self, snapshot_id: str, structure_id: str) -> None:
         """Read the state to swap while the build's last objects are written: on object
-        storage its three round trips (hint, probe, check) overlap their one. Then prepare
-        its successor (``_prepare``)."""
+        storage its round trips (from the newest state the handle knows: probe and check)
+        overlap their one. Then prepare its successor (``_prepare``)."""
         self._state_read = read_latest_state(self._handle.storage, self._handle.known_state)
         self._prepare(self._state_read, snapshot_id, structure_id)
 

@@ -110,6 +110,24 @@ def test_expiry_and_gc_between_prepare_and_publish(faulty, repo, backend):
     assert _temporary_files(faulty, repo, other) == [], "a prepared state file was left behind"
 
 
+def test_a_prepared_file_deleted_before_the_create_is_written_again(faulty, repo, backend):
+    """A temporary file can vanish under a writer (a sweep of old ones): the create then
+    fails, is read back as not done, and is made again from the bytes."""
+    swept: list[str] = []
+
+    def sweep_temporary_files() -> None:
+        swept.extend(info.key for info in faulty.inner.list_temporary())
+        faulty.inner.delete(swept)
+
+    mine = _commit_held_at_publish(faulty, repo, sweep_temporary_files)
+    if backend.name == "local":
+        assert any(key.startswith("t/") for key in swept), "no prepared state file was swept"
+    fresh = Repository.open(faulty.inner)
+    assert fresh.lookup_branch("main") == mine
+    assert fresh.readonly_session().get_chunk("/a", (0,)) == b"mine"
+    assert _temporary_files(faulty, repo) == []
+
+
 def test_a_build_failing_after_prepare_leaves_nothing(faulty, repo):
     before = repo.lookup_branch("main")
     session = repo.writable_session()
