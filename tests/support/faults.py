@@ -10,9 +10,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from icechunk_spark.errors import StorageError
 from icechunk_spark.storage import ObjectInfo, Storage
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -144,3 +147,34 @@ class FaultyStorage(Storage):
 
     def exists(self, key: str) -> bool:
         return self.inner.exists(key)
+
+
+def run_held(
+    faulty: FaultyStorage,
+    method: str,
+    prefix: str,
+    call: Callable[[], T],
+    meanwhile: Callable[[], object],
+) -> T | BaseException:
+    """Run ``call`` on a thread until its first ``method`` call on ``prefix`` (held there),
+    run ``meanwhile``, let it go on; returns what ``call`` returned or raised. E.g. a commit
+    held where it creates its state file (``"put_if_absent", "t/"``) while others act."""
+    reached, release = faulty.hold(method, prefix)
+    outcome: list[T | BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as exc:  # handed to the caller
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert reached.wait(30), f"{method} on {prefix!r} was never reached"
+    try:
+        meanwhile()
+    finally:
+        release.set()
+        thread.join(60)
+    assert len(outcome) == 1, "the held call did not finish"
+    return outcome[0]

@@ -5,7 +5,6 @@ follows, or a rewrite slipping past a commit, an expiry or a GC that ran between
 
 from __future__ import annotations
 
-import threading
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +20,7 @@ from icechunk_spark import (
 )
 from icechunk_spark.format.keys import chunk_key, txlog_key
 from icechunk_spark.storage import open_storage
-from tests.support.faults import FaultyStorage
+from tests.support.faults import FaultyStorage, run_held
 from tests.support.helpers import cutoff_after_writes, make_array
 from tests.trust.conftest import create
 
@@ -77,20 +76,6 @@ def messages(repo: Repository, branch: str = "main") -> list[str]:
     return [s.message for s in repo.ancestry(branch=branch)]
 
 
-def in_thread(target: Any) -> tuple[threading.Thread, list[Any]]:
-    outcome: list[Any] = []
-
-    def run() -> None:
-        try:
-            outcome.append(target())
-        except BaseException as exc:  # reported by the test
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, outcome
-
-
 # -- amend -----------------------------------------------------------------------------------
 def test_amend_replaces_the_tip_with_it_and_the_changes(mem):
     repo = mem
@@ -144,15 +129,17 @@ def test_amend_when_the_tip_moved_is_refused_not_rebased(repo, faulty):
     write(repo, {0: 1}, "one")
     session = repo.writable_session("main")
     session.set_chunk_values("/a", (1,), np.full(4, 2, dtype="int32"))
-    reached, release = faulty.hold("put_if_absent", "t/")
-    thread, outcome = in_thread(lambda: session.amend("amend"))
-    assert reached.wait(30)
     other = Repository.open(faulty.inner)
-    landed = write(other, {2: 3}, "landed meanwhile")
-    release.set()
-    thread.join(30)
-    assert isinstance(outcome[0], RewriteRefusedError), outcome
-    assert repo.lookup_branch("main") == landed
+    landed: list[str] = []
+    outcome = run_held(
+        faulty,
+        "put_if_absent",
+        "t/",
+        lambda: session.amend("amend"),
+        lambda: landed.append(write(other, {2: 3}, "landed meanwhile")),
+    )
+    assert isinstance(outcome, RewriteRefusedError), outcome
+    assert repo.lookup_branch("main") == landed[0]
     assert messages(repo) == ["landed meanwhile", "one", "array", "Repository initialized"]
 
 
@@ -288,30 +275,33 @@ def test_squash_refuses_ranges_that_are_not_the_branch(leaked_mem):
 
 def test_expiry_between_the_squash_steps_refuses_it(leaked, faulty):
     repo, (a, b, _) = leaked
-    reached, release = faulty.hold("put_if_absent", "t/")
-    thread, outcome = in_thread(lambda: repo.squash("main", a, b, "A+B"))
-    assert reached.wait(30)
     other = Repository.open(faulty.inner)
-    expired = other.expire_snapshots(datetime.now(UTC))
+    expired: set[str] = set()
+    outcome = run_held(
+        faulty,
+        "put_if_absent",
+        "t/",
+        lambda: repo.squash("main", a, b, "A+B"),
+        lambda: expired.update(other.expire_snapshots(datetime.now(UTC))),
+    )
     assert a in expired and b in expired
-    release.set()
-    thread.join(30)
-    assert isinstance(outcome[0], RewriteRefusedError), outcome
+    assert isinstance(outcome, RewriteRefusedError), outcome
     assert messages(repo)[0] == "C: more"
     every_listed_snapshot_reads(repo)
 
 
 def test_gc_between_the_squash_steps_cannot_take_its_log(leaked, faulty, backend):
     repo, (a, b, _) = leaked
-    reached, release = faulty.hold("put_if_absent", "t/")
-    thread, outcome = in_thread(lambda: repo.squash("main", a, b, "A+B"))
-    assert reached.wait(30)
     other = Repository.open(faulty.inner)
-    other.garbage_collect(cutoff_after_writes(backend))  # its fence takes the generation
-    release.set()
-    thread.join(30)
-    squashed = outcome[0]
-    assert isinstance(squashed, str), outcome
+    squashed = run_held(
+        faulty,
+        "put_if_absent",
+        "t/",
+        lambda: repo.squash("main", a, b, "A+B"),
+        # Its fence takes the generation the squash wanted.
+        lambda: other.garbage_collect(cutoff_after_writes(backend)),
+    )
+    assert isinstance(squashed, str), squashed
     assert repo.storage.exists(txlog_key(squashed))
     assert repo.lookup_snapshot(squashed).message == "A+B"
     other.garbage_collect(cutoff_after_writes(backend))

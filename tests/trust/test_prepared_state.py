@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from icechunk_spark import Repository, StorageError
-from tests.support.faults import FaultyStorage
+from tests.support.faults import FaultyStorage, run_held
 from tests.support.helpers import cutoff_after_writes, hints_written
 from tests.test_history import read_all
 from tests.trust.conftest import create
@@ -39,24 +39,7 @@ def _commit_held_at_publish(
     to create it; run ``meanwhile``; let it go on. Returns the snapshot it committed."""
     session = repo.writable_session()
     session.set_chunk("/a", (0,), b"mine")
-    reached, release = faulty.hold("put_if_absent", "t/")
-    result: list[str | BaseException] = []
-
-    def commit() -> None:
-        try:
-            result.append(session.commit("mine"))
-        except BaseException as exc:  # reported below
-            result.append(exc)
-
-    thread = threading.Thread(target=commit)
-    thread.start()
-    assert reached.wait(30), "the commit never came to publish"
-    try:
-        meanwhile()
-    finally:
-        release.set()
-        thread.join(60)
-    (outcome,) = result
+    outcome = run_held(faulty, "put_if_absent", "t/", lambda: session.commit("mine"), meanwhile)
     assert isinstance(outcome, str), outcome
     return outcome
 

@@ -4,7 +4,6 @@ commits and a commit racing it cannot slip past."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -13,7 +12,7 @@ import pytest
 
 from icechunk_spark import InvalidInputError, Repository, RepositoryReadOnlyError
 from icechunk_spark.storage import open_storage
-from tests.support.faults import FaultyStorage
+from tests.support.faults import FaultyStorage, run_held
 from tests.support.helpers import make_array
 from tests.trust.conftest import create
 
@@ -67,22 +66,14 @@ def test_a_commit_about_to_publish_when_the_status_changes_is_refused(faulty):
     repo = create(faulty)
     other = Repository.open(faulty.inner)
     session = _session_with_a_change(repo)
-    reached, release = faulty.hold("put_if_absent", "t/")
-    outcome: list[BaseException | str] = []
-
-    def commit() -> None:
-        try:
-            outcome.append(session.commit("raced"))
-        except BaseException as exc:  # reported below
-            outcome.append(exc)
-
-    thread = threading.Thread(target=commit)
-    thread.start()
-    assert reached.wait(30)
-    other.set_status("read-only", REASON)  # takes the generation the commit wanted
-    release.set()
-    thread.join(30)
-    assert len(outcome) == 1 and isinstance(outcome[0], RepositoryReadOnlyError), outcome
+    outcome = run_held(
+        faulty,
+        "put_if_absent",
+        "t/",
+        lambda: session.commit("raced"),
+        lambda: other.set_status("read-only", REASON),  # takes the generation it wanted
+    )
+    assert isinstance(outcome, RepositoryReadOnlyError), outcome
     assert repo.status().availability == "read-only"
     assert [s.message for s in repo.ancestry()] == ["Repository initialized"]
 
