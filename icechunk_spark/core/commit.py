@@ -62,7 +62,7 @@ from .flush import BuiltSnapshot, build_snapshot
 from .overlay import current_nodes
 from .prepared import PreparedState
 from .rebase_path import snapshots_since_base
-from .refs import ensure_writable, publish_state, read_latest_state
+from .refs import ensure_writable, lists_snapshot, publish_state, read_latest_state
 from .requirements import AssertNoGCSince, AssertNotCommitted, AssertRefSnapshotId
 from .rewrite import check_amendable, merged_txlog, replacement, rewritten
 from .snapshot import SnapshotView
@@ -200,7 +200,8 @@ class Commit:
                 None,
             )
             try:
-                if publish_state(storage, proposed, self._handle.hints, data):
+                holds_ours = lists_snapshot(built.snapshot_id)
+                if publish_state(storage, proposed, self._handle.hints, data, holds_ours):
                     self._handle.known_state = proposed
                     return Committed(built, proposed)
             except CommitStateUnknownError as unknown:

@@ -20,7 +20,8 @@ What makes this truthful under faults:
 * **A re-created generation is taken back.** A writer stalled between reading state ``g`` and
   creating ``t/<g+1>`` can find it absent again when others landed ``t/<g+1>``… and GC
   deleted them (all but the newest): after creating, it checks that ``t/<g>`` still exists
-  (``_recreated_a_deleted_generation``), and otherwise deletes its fork and reads again.
+  (``_still_ours``), and otherwise, unless the newest state holds its commit (GC passed it
+  after the create), deletes its fork and reads again.
 * **A damaged hint is ignored.** A hint that cannot be decoded (truncated, garbled) is treated
   as a missing one: readers list ``t/``, whose newest state file decides (and must decode).
 """
@@ -135,11 +136,18 @@ def state_file_bytes(state: State) -> bytes:
 
 
 def publish_state(
-    storage: Storage, state: State, hints: HintWriter | None = None, data: bytes | None = None
+    storage: Storage,
+    state: State,
+    hints: HintWriter | None = None,
+    data: bytes | None = None,
+    landed: Callable[[State], bool] | None = None,
 ) -> bool:
     """Try to commit ``state`` as its generation. ``False`` when another writer won it.
     ``hints``: write the hint behind the commit, on the I/O threads (default: here, now).
-    ``data``: ``state_file_bytes(state)``, made (and maybe prepared) before.
+    ``data``: ``state_file_bytes(state)``, made (and maybe prepared) before. ``landed``:
+    whether a newer state holds this one (a commit: its snapshot is listed), asked only when
+    GC deleted ``t/<g>`` around the create (``_still_ours``); without it the create is then
+    taken back.
 
     Raises:
         CommitStateUnknownError: storage failed on every attempt and on every read-back, so
@@ -149,7 +157,7 @@ def publish_state(
     key = state_key(state.generation)
     if not _create_exactly(storage, key, data):
         return False
-    if _recreated_a_deleted_generation(storage, state.generation):
+    if not _still_ours(storage, state.generation, landed):
         # Ours is a fork no reader follows: take it back, and lose the round. The caller
         # reads the latest state (GC's fence among it) and tries again, or refuses.
         with contextlib.suppress(StorageError):
@@ -166,8 +174,15 @@ def publish_state(
     return True
 
 
-def _recreated_a_deleted_generation(storage: Storage, generation: int) -> bool:
-    """Whether the state file just created as ``generation`` may re-create one GC deleted.
+def lists_snapshot(snapshot_id: str) -> Callable[[State], bool]:
+    """``publish_state``'s ``landed`` for a commit: its snapshot id is unique, so a newer
+    state that lists it was built on the commit's state file."""
+    return lambda state: snapshot_id in state.snapshots
+
+
+def _still_ours(storage: Storage, generation: int, landed: Callable[[State], bool] | None) -> bool:
+    """Whether the state file just created as ``generation`` is in the history, not a
+    re-creation of one GC deleted.
 
     A writer reads state ``g`` and creates ``t/<g+1>``; if it stalls between the two while
     other writers land ``t/<g+1>``, ``t/<g+2>``… and GC (with a cut-off later than those)
@@ -175,15 +190,20 @@ def _recreated_a_deleted_generation(storage: Storage, generation: int) -> bool:
     succeeds: a second ``t/<g+1>`` beside newer states, a commit no one sees. GC deletes
     state files oldest first, so ``t/<g+1>`` can have been deleted only if ``t/<g>`` was
     before it: while ``t/<g>`` exists after our create, the generation was ours alone.
-    (Readers make the same check after their probe, ``read_latest_state``.)
+    (Readers make the same check after their probe, ``read_latest_state``.) When ``t/<g>``
+    is gone, GC deleted it before our create (a fork) or after it, fencing on top of ours;
+    ``landed`` tells them apart on the newest state (without it: taken for a fork).
 
     Raises:
-        CommitStateUnknownError: storage could not say whether ``t/<g>`` exists.
+        CommitStateUnknownError: storage could not say whether ``t/<g>`` exists, or which
+            state is the newest.
     """
     if generation == 0:
-        return False
+        return True
     try:
-        return not storage.exists(state_key(generation - 1))
+        if storage.exists(state_key(generation - 1)):
+            return True
+        return landed is not None and landed(read_latest_state(storage))
     except StorageError as exc:
         raise CommitStateUnknownError(
             None, f"could not check that state file {generation - 1} survived ({exc})"

@@ -146,7 +146,7 @@ class FaultyStorage(Storage):
         self._run("delete", keys[0] if keys else "", lambda: self.inner.delete(keys))
 
     def exists(self, key: str) -> bool:
-        return self.inner.exists(key)
+        return bool(self._run("exists", key, lambda: self.inner.exists(key)))
 
 
 def run_held(

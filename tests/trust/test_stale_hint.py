@@ -93,6 +93,35 @@ def test_a_writer_stalled_before_creating_its_state_file_forks_nothing(faulty):
     assert [reader.get_chunk("/a", (i,)) for i in range(4)] == [bytes([i]) for i in range(4)]
 
 
+def test_a_commit_gc_overtook_right_after_its_create_is_reported_landed(faulty):
+    """The other side of the check above: GC fences after the create and deletes ``t/<g>``
+    (and the new ``t/<g+1>``) before the writer looks. Its commit landed, and the fence's
+    state holds it: the writer must say so, not take it back and then conflict with itself."""
+    repo = create(faulty, config={"inline_chunk_threshold_bytes": 8})  # no chunk files
+    session = repo.writable_session()
+    session.create_array("/a", shape=(8,), chunk_shape=(1,), dtype="uint8")
+    session.commit("create /a")
+    other = Repository.open(faulty.inner)
+    time.sleep(faulty.mtime_resolution_ms / 1000 + 0.05)
+    looks = [0]
+
+    def collect_before_the_check(call: Callable[[], object]) -> object:
+        looks[0] += 1
+        if looks[0] == 2:  # the first is the state read's, the second the check's
+            other.garbage_collect(datetime.now(UTC) + timedelta(seconds=2))
+        return call()
+
+    writer = repo.writable_session()
+    writer.set_chunk("/a", (0,), b"\0")
+    faulty._add(Rule("exists", STATE_PREFIX, collect_before_the_check, times=2))
+    committed = writer.commit("overtaken")
+    assert looks[0] == 2
+
+    fresh = Repository.open(faulty.inner)
+    assert fresh.lookup_branch("main") == committed
+    assert [s.message for s in fresh.ancestry(branch="main")][:2] == ["overtaken", "create /a"]
+
+
 def _state_files(storage: FaultyStorage) -> list[int]:
     return sorted(int(i.key[len(STATE_PREFIX) :]) for i in storage.list(STATE_PREFIX))
 
