@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from ..format.coords import coords_extent, coords_view
 from ..format.locations import same_location_types
-from ..format.merge import all_rows, merge_order, sorted_alone, take_rows
+from ..format.merge import all_rows, merge_order, sorted_alone, splice, take_rows
 
 
 class CoordRefs:
@@ -95,6 +95,14 @@ class CoordRefs:
         if alone is not None:
             (layer,) = (layer for layer in layers if layer.num_rows)
             return cls(alone, ndim, layer._coords, layer._ascending)
+        spliced = None if unordered else splice([layer.table for layer in layers], ndim)
+        if spliced is not None:
+            base = next(layer for layer in layers if layer.num_rows)
+            coords = None
+            if base.decoded:
+                changed = coords_view(spliced.changes.column("coord"), ndim)
+                coords = spliced.values(base.coords, changed)
+            return cls(spliced.table(), ndim, coords)
         combined, rows = merge_order([layer.table for layer in layers], ndim, unordered=unordered)
         coords = None
         if layers and _all_decoded(layers):

@@ -7,6 +7,7 @@ a fork's changes over its parent's: every overlay of refs is one merge, sorted b
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +38,9 @@ def merge_refs(
     alone = sorted_alone(layers, ndim, drop_tombstones)
     if alone is not None:
         return alone
+    spliced = None if unordered else splice(layers, ndim, drop_tombstones)
+    if spliced is not None:
+        return spliced.table()
     combined, rows = merge_order(layers, ndim, drop_tombstones, unordered)
     return take_rows(combined, rows)
 
@@ -130,3 +134,73 @@ def _refuse_repeats(twice: np.ndarray, sorted_keys: np.ndarray, ndim: int) -> No
     # A coord given three times marks two neighbouring rows: count runs, not rows.
     runs = int(np.count_nonzero(twice[1:] & ~twice[:-1])) + int(twice[0])
     raise RepeatedCoordError(coord, runs)
+
+
+# Later layers of at most this many rows in all are spliced into a sorted first layer
+# (``splice``): a binary search per row and slices of the layer, where the general merge sorts
+# and copies every row. One changed chunk of an array of 1 M refs: 65 -> 3 ms; of ten refs:
+# 150 -> 65 us, a tenth of a small commit's own work. Many more rows make many slices.
+SPLICE_MAX_ROWS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Splice:
+    """A merge as runs of rows: ``base`` (one layer, sorted by coord without repeats) with
+    ``changes`` (the later layers merged, one row a coord) put in at their coords. ``runs``:
+    (from changes, first row, rows), in merged order."""
+
+    base: pa.Table
+    changes: pa.Table
+    runs: tuple[tuple[bool, int, int], ...]
+
+    def table(self) -> pa.Table:
+        """The merged rows; those of ``base`` are slices of it, not copies. The empty slice
+        first gives the result ``base``'s column order, as the general merge has it."""
+        parts = [self.base.slice(0, 0)]
+        parts += [(self.changes if new else self.base).slice(a, n) for new, a, n in self.runs]
+        return pa.concat_tables(parts, promote_options="permissive")
+
+    def values(self, of_base: np.ndarray, of_changes: np.ndarray) -> np.ndarray:
+        """Per-row values of ``base`` and ``changes`` (their coords), laid out as the rows."""
+        parts = [of_base[:0]]
+        parts += [(of_changes if new else of_base)[a : a + n] for new, a, n in self.runs]
+        return np.concatenate(parts)
+
+
+def splice(layers: Sequence[pa.Table], ndim: int, drop_tombstones: bool = True) -> Splice | None:
+    """``merge_refs`` of ``layers`` as a ``Splice``, when it can be one: the first layer with
+    rows is sorted by coord without repeats (an array's rows of a manifest, as written) and,
+    when tombstones are dropped, holds none; the later ones hold at most ``SPLICE_MAX_ROWS``
+    rows in all. Else ``None``."""
+    full = [t for t in layers if t.num_rows]
+    if len(full) < 2 or sum(t.num_rows for t in full[1:]) > SPLICE_MAX_ROWS:
+        return None
+    base = full[0]
+    if drop_tombstones and has_tombstones(base):
+        return None
+    base_keys = coord_keys(base.column("coord"), ndim)
+    if not bool(np.all(base_keys[1:] > base_keys[:-1])):
+        return None
+    # Tombstones kept: they delete rows of ``base``.
+    changes = take_rows(*merge_order(full[1:], ndim, drop_tombstones=False))
+    change_keys = coord_keys(changes.column("coord"), ndim)
+    at = np.searchsorted(base_keys, change_keys)
+    rows = len(base_keys)
+    replaces = (at < rows) & (base_keys[np.minimum(at, rows - 1)] == change_keys)
+    kept = (
+        (~is_tombstone(changes).to_numpy()).tolist()
+        if drop_tombstones and has_tombstones(changes)
+        else [True] * changes.num_rows
+    )
+    runs: list[tuple[bool, int, int]] = []
+    start = 0
+    for row, (i, replaced) in enumerate(zip(at.tolist(), replaces.tolist(), strict=True)):
+        if i > start:
+            runs.append((False, start, i - start))
+        if kept[row]:
+            runs.append((True, row, 1))
+        start = i + 1 if replaced else i
+    if start < rows:
+        runs.append((False, start, rows - start))
+    base, changes = conform_layers([base, changes])
+    return Splice(base, changes, tuple(runs))
