@@ -87,6 +87,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_engine.py
 	$(BIN)/python bench/bench_splitting.py
 	$(BIN)/python bench/bench_small_commits.py
+	$(BIN)/python bench/bench_big_array_commit.py
 	$(BIN)/python bench/bench_zarr.py
 	$(BIN)/python bench/bench_dask_write.py
 	$(BIN)/python bench/bench_virtual.py --icechunk
