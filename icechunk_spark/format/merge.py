@@ -154,9 +154,10 @@ class Splice:
     runs: tuple[tuple[bool, int, int], ...]
 
     def table(self) -> pa.Table:
-        """The merged rows; those of ``base`` are slices of it, not copies. The empty slice
-        first gives the result ``base``'s column order, as the general merge has it."""
-        parts = [self.base.slice(0, 0)]
+        """The merged rows; those of ``base`` are slices of it, not copies. Empty slices of
+        both first give the result the general merge's columns, in its order, even when no
+        row of ``changes`` is kept."""
+        parts = [self.base.slice(0, 0), self.changes.slice(0, 0)]
         parts += [(self.changes if new else self.base).slice(a, n) for new, a, n in self.runs]
         return pa.concat_tables(parts, promote_options="permissive")
 

@@ -65,12 +65,13 @@ def as_rows(table: pa.Table) -> list[tuple]:
     changes=st.lists(st.lists(st.tuples(coords_2d, values), max_size=6), min_size=1, max_size=3),
     drop=st.booleans(),
     stats=st.booleans(),
+    changes_stats=st.booleans(),
 )
-def test_a_splice_is_the_merge(base, changes, drop, stats) -> None:
+def test_a_splice_is_the_merge(base, changes, drop, stats, changes_stats) -> None:
     base_rows = sorted(base.items())
     if drop:  # a layer with tombstones is not spliced when they are dropped: keep it plain
         base_rows = [(c, v if v is not None else b"a") for c, v in base_rows]
-    tables = [layer(base_rows, stats), *(layer(rows) for rows in changes)]
+    tables = [layer(base_rows, stats), *(layer(rows, changes_stats) for rows in changes)]
     assert as_rows(merge_refs(tables, 2, drop_tombstones=drop)) == expected(
         [base_rows, *changes], drop
     )
