@@ -191,7 +191,7 @@ def test_pieces_are_built_a_few_at_a_time_and_written_all(tmp_path, monkeypatch)
 
     monkeypatch.setattr(split_writes, "PIECES_BUILT_AT_ONCE", 2)
     active, most, lock = [0], [0], threading.Lock()
-    encode = split_writes.encode_refs_manifest
+    encode = split_writes.encode_manifest_rows
 
     def counting(*args, **kwargs):
         with lock:
@@ -204,7 +204,7 @@ def test_pieces_are_built_a_few_at_a_time_and_written_all(tmp_path, monkeypatch)
             with lock:
                 active[0] -= 1
 
-    monkeypatch.setattr(split_writes, "encode_refs_manifest", counting)
+    monkeypatch.setattr(split_writes, "encode_manifest_rows", counting)
     sets = {"max-manifest-size": None, "arrays-per-manifest": 1, "cardinality": None}
     split = {"split-along": "time", "chunks-per-split": 5}
     config = {
@@ -328,3 +328,49 @@ def test_carried_rows_join_only_rows_that_follow_them_in_the_same_table():
     tables = parts.tables()
     assert [t.column("x").to_pylist() for t in tables] == [[1, 2, 3], [4], [1], [9], [2]]
     assert ManifestParts().tables() == []
+
+
+def test_a_piece_rewritten_for_a_few_chunks_is_kept_decoded_and_an_imported_one_is_not(tmp_path):
+    """The next commit to a piece a commit rewrote for a few changed chunks finds it decoded
+    (it would read a piece of a million refs back whole: 0.3 s), and what is kept is what
+    decoding the file gives. A piece an import wrote is not kept."""
+    from icechunk_spark.format.keys import manifest_key
+    from icechunk_spark.format.manifest import decode_manifest
+
+    sets = {"max-manifest-size": None, "arrays-per-manifest": 1, "cardinality": None}
+    config = {
+        "manifests": {
+            "chunk-manifests": {
+                "sets": [{"by-time": {**sets, "split-along": "time", "chunks-per-split": 10}}],
+                "rules": [{"path": "/var", "target": "by-time"}],
+            }
+        }
+    }
+    repo = Repository.create(tmp_path.as_uri(), config=config)
+    cache = repo.handle.manifest_cache
+    session = repo.writable_session()
+    session.create_array(
+        "/var", shape=(30, 2), chunk_shape=(1, 1), dtype="int8", dimension_names=["time", "x"]
+    )
+    session.set_chunk_refs("/var", {"coord": _grid_coords((30, 2)), "inline_data": [b"v"] * 60})
+    session.commit("three pieces")
+    imported = repo.readonly_session().get_node("/var").manifests
+    assert not any(cache.is_cached(m.manifest_id) for m in imported)
+
+    for k, coord in enumerate([(12, 1), (15, 0), (15, 0)]):
+        session = repo.writable_session()
+        session.set_chunk("/var", coord, bytes([k]))
+        fetched = cache.fetches
+        session.commit(f"one chunk of the middle piece, {k}")
+        # The first change reads the imported piece; the later ones read nothing.
+        assert cache.fetches - fetched == (1 if k == 0 else 0)
+        (piece,) = (
+            m for m in repo.readonly_session().get_node("/var").manifests if m.extent[0] == (10, 20)
+        )
+        assert cache.is_cached(piece.manifest_id)
+        key = manifest_key(piece.manifest_id)
+        assert cache.get(piece.manifest_id).equals(decode_manifest(repo.storage.get(key), key))
+    reader = Repository.open(tmp_path.as_uri()).readonly_session()
+    assert reader.get_chunk("/var", (15, 0)) == bytes([2])
+    assert reader.get_chunk("/var", (12, 1)) == bytes([0])
+    assert reader.get_chunk("/var", (29, 1)) == b"v"

@@ -19,7 +19,6 @@ from ..format.locations import same_location_types
 from ..format.manifest import (
     array_row_spans,
     conform_refs,
-    encode_manifest,
     encode_manifest_rows,
     manifest_rows,
     rows_as_decoded,
@@ -45,10 +44,18 @@ def write_refs_manifest(
 
 def encode_refs_manifest(node_id: int, refs: CoordRefs, set_name: str) -> tuple[ManifestRef, bytes]:
     """``write_refs_manifest`` without the write: the structure's ref and the bytes to put."""
+    ref, rows = refs_manifest_rows(node_id, refs, set_name)
+    return ref, encode_manifest_rows(rows)
+
+
+def refs_manifest_rows(
+    node_id: int, refs: CoordRefs, set_name: str
+) -> tuple[ManifestRef, pa.Table]:
+    """``encode_refs_manifest`` before the encoding: the structure's ref and the manifest's
+    rows (``manifest_rows`` output)."""
     table = with_array_id(conform_refs(refs.table), node_id)
-    manifest_id = new_object_id()
-    data = encode_manifest(table, presorted=True)
-    return ManifestRef(manifest_id, refs.extent(), refs.num_rows, set_name), data
+    rows = manifest_rows(table, presorted=True)
+    return ManifestRef(new_object_id(), refs.extent(), refs.num_rows, set_name), rows
 
 
 def write_packed_manifests(
