@@ -4,10 +4,14 @@
 
 One array of ``--refs`` chunks, each a virtual ref (the same refs on both sides), committed
 once; then ``--commits`` commits, each in a session of its own, each changing one chunk (set
-before the timer). Every such commit rewrites the array's one manifest. Printed: the median
-commit, ours with the changed row spliced into the committed refs (``format.merge.splice``)
-and, in the same run, ours merging by the general sort (``SPLICE_MAX_ROWS = 0``), beside
-Icechunk (``big_array_side.py`` in ``bench/.venv312``, when present).
+before the timer). Every such commit rewrites the piece of the array's refs that holds the
+chunk (one piece of a million refs here). Printed: the median commit, ours, and in the same
+run ours without each of two steps, each on a repository of its own, their commits taking
+turns (a slow phase of the machine slows all alike): without splicing the changed row into
+the committed refs (``format.merge.splice``; ``SPLICE_MAX_ROWS = 0``: the general merge sorts
+every row), and without keeping the rewritten piece decoded for the next commit
+(``split_writes._few_changed``). Beside Icechunk (``big_array_side.py`` in
+``bench/.venv312``, when present).
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_splitting import ICECHUNK_PYTHON
 from bench.common import print_table, run_json
 from icechunk_spark import Repository
+from icechunk_spark.core import split_writes
 from icechunk_spark.format import merge
 
 CONTAINER = "file:///data/"  # as big_array_side.py
@@ -49,19 +57,33 @@ def build(refs: int) -> Repository:
     return repo
 
 
-def commit_s(repo: Repository, refs: int, k: int, splice: bool) -> float:
-    """Seconds of commit ``k``, changing one chunk (spread over the array); ``splice=False``:
-    merged by the general sort."""
+@contextmanager
+def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    saved = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, saved)
+
+
+# Each side: a context to commit in.
+SIDES: dict[str, Callable[[], Any]] = {
+    "icechunk-spark": nullcontext,
+    "without splicing": lambda: patched(merge, "SPLICE_MAX_ROWS", 0),
+    "without keeping the piece decoded": lambda: patched(
+        split_writes, "_few_changed", lambda layers: False
+    ),
+}
+
+
+def commit_s(repo: Repository, refs: int, k: int) -> float:
+    """Seconds of commit ``k``, changing one chunk (spread over the array)."""
     session = repo.writable_session()
     session.set_chunk("/a", ((k * 7919 + 1) % refs,), np.float64(k).tobytes())
-    splice_max = merge.SPLICE_MAX_ROWS
-    merge.SPLICE_MAX_ROWS = splice_max if splice else 0
-    try:
-        start = time.perf_counter()
-        session.commit(f"one chunk {k}")
-        return time.perf_counter() - start
-    finally:
-        merge.SPLICE_MAX_ROWS = splice_max
+    start = time.perf_counter()
+    session.commit(f"one chunk {k}")
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -71,13 +93,13 @@ def main() -> None:
     parser.add_argument("--refs", type=int, default=1_000_000)
     parser.add_argument("--commits", type=int, default=10)
     args = parser.parse_args()
-    repo = build(args.refs)
-    # Alternating, so a slow phase of the machine or a longer history slows both alike.
-    times: dict[bool, list[float]] = {True: [], False: []}
-    for k in range(2 * args.commits):
-        splice = k % 4 in (0, 3)
-        times[splice].append(commit_s(repo, args.refs, k, splice))
-    spliced, sorted_ms = (statistics.median(times[s]) * 1000 for s in (True, False))
+    repos = {side: build(args.refs) for side in SIDES}
+    times: dict[str, list[float]] = {side: [] for side in SIDES}
+    order = list(SIDES)
+    for k in range(args.commits):
+        for side in order if k % 2 == 0 else order[::-1]:
+            with SIDES[side]():
+                times[side].append(commit_s(repos[side], args.refs, k))
     icechunk = (
         run_json(
             [
@@ -95,8 +117,8 @@ def main() -> None:
     print_table(
         f"one changed chunk of an array of {args.refs:,} refs, local disk: median of "
         f"{args.commits} commits each",
-        ["benchmark", "icechunk-spark", "without splicing", "Icechunk"],
-        [["commit: ms", spliced, sorted_ms, icechunk]],
+        ["benchmark", *SIDES, "Icechunk"],
+        [["commit: ms", *(statistics.median(times[s]) * 1000 for s in SIDES), icechunk]],
     )
 
 
