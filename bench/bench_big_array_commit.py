@@ -4,14 +4,16 @@
 
 One array of ``--refs`` chunks, each a virtual ref (the same refs on both sides), committed
 once; then ``--commits`` commits, each in a session of its own, each changing one chunk (set
-before the timer). Every such commit rewrites the piece of the array's refs that holds the
-chunk (one piece of a million refs here). Printed: the median commit, ours, and in the same
-run ours without each of two steps, each on a repository of its own, their commits taking
-turns (a slow phase of the machine slows all alike): without splicing the changed row into
-the committed refs (``format.merge.splice``; ``SPLICE_MAX_ROWS = 0``: the general merge sorts
-every row), and without keeping the rewritten piece decoded for the next commit
-(``split_writes._few_changed``). Beside Icechunk (``big_array_side.py`` in
-``bench/.venv312``, when present).
+before the timer). Every such commit rewrites the manifest of the array's refs that holds the
+chunk: below a million refs the array's one packed manifest (``--refs 500000``), from a
+million on a piece of a million refs (the default manifest config). Printed: the median
+commit, ours, and in the same run ours without each of two steps, each on a repository of
+its own, their commits taking turns (a slow phase of the machine slows all alike): without
+splicing the changed row into the committed refs (``format.merge.splice``;
+``SPLICE_MAX_ROWS = 0``: the general merge sorts every row), and without keeping the
+rewritten manifest decoded for the next commit (``split_writes._few_changed``,
+``flush._few_changed``). Beside Icechunk (``big_array_side.py`` in ``bench/.venv312``, when
+present).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_splitting import ICECHUNK_PYTHON
 from bench.common import print_table, run_json
 from icechunk_spark import Repository
-from icechunk_spark.core import split_writes
+from icechunk_spark.core import flush, split_writes
 from icechunk_spark.format import merge
 
 CONTAINER = "file:///data/"  # as big_array_side.py
@@ -71,10 +73,16 @@ def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
 SIDES: dict[str, Callable[[], Any]] = {
     "icechunk-spark": nullcontext,
     "without splicing": lambda: patched(merge, "SPLICE_MAX_ROWS", 0),
-    "without keeping the piece decoded": lambda: patched(
-        split_writes, "_few_changed", lambda layers: False
-    ),
+    "without keeping it decoded": lambda: _never_kept(),
 }
+
+
+def _never_kept() -> Any:
+    """Neither a split array's piece nor a packed manifest kept decoded for the next commit."""
+    stack = ExitStack()
+    stack.enter_context(patched(split_writes, "_few_changed", lambda layers: False))
+    stack.enter_context(patched(flush, "_few_changed", lambda arrays, changes, ids: False))
+    return stack
 
 
 def commit_s(repo: Repository, refs: int, k: int) -> float:

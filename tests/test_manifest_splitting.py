@@ -374,3 +374,42 @@ def test_a_piece_rewritten_for_a_few_chunks_is_kept_decoded_and_an_imported_one_
     assert reader.get_chunk("/var", (15, 0)) == bytes([2])
     assert reader.get_chunk("/var", (12, 1)) == bytes([0])
     assert reader.get_chunk("/var", (29, 1)) == b"v"
+
+
+@pytest.mark.parametrize("held_back", [True, False])
+def test_a_big_packed_manifest_rewritten_for_a_few_chunks_is_kept_decoded(
+    tmp_path, monkeypatch, held_back
+):
+    """As a split array's piece: a manifest bigger than small ones kept decoded, rewritten for
+    one changed chunk, is kept decoded for the next commit, whether it is held back to be
+    written with the structure file or written at once (too big for that); one an import
+    wrote is not."""
+    from icechunk_spark.core import flush, manifest_writes
+    from icechunk_spark.format.keys import manifest_key
+    from icechunk_spark.format.manifest import decode_manifest
+
+    monkeypatch.setattr(manifest_writes, "REMEMBERED_ROWS", 10)  # 30 refs are "big" here
+    if not held_back:
+        monkeypatch.setattr(flush, "DEFERRED_MANIFEST_ROWS", 10)
+    repo = Repository.create(tmp_path.as_uri())
+    cache = repo.handle.manifest_cache
+    session = repo.writable_session()
+    session.create_array("/a", shape=(30,), chunk_shape=(1,), dtype="int8")
+    session.set_chunk_refs(
+        "/a", {"coord": np.arange(30).reshape(-1, 1), "inline_data": [b"v"] * 30}
+    )
+    session.commit("an import")
+    (imported,) = repo.readonly_session().get_node("/a").manifests
+    assert not cache.is_cached(imported.manifest_id)
+    for k in range(3):
+        session = repo.writable_session()
+        session.set_chunk("/a", (7 * k,), bytes([k]))
+        fetched = cache.fetches
+        session.commit(f"one chunk, {k}")
+        assert cache.fetches - fetched == (1 if k == 0 else 0)  # the import's, then none
+        (manifest,) = repo.readonly_session().get_node("/a").manifests
+        assert cache.is_cached(manifest.manifest_id)  # asked before ``get`` would load it
+        key = manifest_key(manifest.manifest_id)
+        assert cache.get(manifest.manifest_id).equals(decode_manifest(repo.storage.get(key), key))
+    reader = Repository.open(tmp_path.as_uri()).readonly_session()
+    assert [reader.get_chunk("/a", (i,)) for i in (0, 7, 14, 29)] == [b"\0", b"\1", b"\2", b"v"]

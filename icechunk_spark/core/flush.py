@@ -19,6 +19,7 @@ import pyarrow as pa
 from ..format.ids import new_object_id
 from ..format.keys import attributes_key, structure_key, txlog_key
 from ..format.manifest import attach_stats
+from ..format.merge import SPLICE_MAX_ROWS
 from ..format.structure import ManifestRef, Node
 from ..format.structure_encode import (
     StructureTables,
@@ -109,7 +110,16 @@ def build_snapshot(
     carried = Carried(_carried(base, arrays, merged, changes), base.manifest)
     deferred = DeferredPuts(storage, pool, DEFERRED_MANIFEST_ROWS)
     new_refs = write_packed_manifests(
-        storage, pool, plan.new_manifests, refs_for, limit, written, progress, carried, deferred
+        storage,
+        pool,
+        plan.new_manifests,
+        refs_for,
+        limit,
+        written,
+        progress,
+        carried,
+        deferred,
+        lambda ids: _few_changed(base_arrays, changes, ids),
     )
     staged_splits = {i: spec for i, spec in splits.items() if i in changes.staged}
     if staged_splits:
@@ -215,6 +225,22 @@ def _merge_modified(
         refs = CoordRefs.merge([CoordRefs(t, ndim) for t in layers], ndim)
         out[node_id] = refs.inside(node.meta.grid_shape)
     return out
+
+
+def _few_changed(base_arrays: Mapping[int, Node], changes: ChangeSet, ids: Iterable[int]) -> bool:
+    """Whether a manifest of arrays ``ids`` is a committed one rewritten for a few changed
+    rows (as many as a merge splices in): then it is kept decoded for the next commit, as
+    ``split_writes`` keeps such a piece. Not a manifest of new arrays only (an import): it
+    replaces nothing held decoded. Staged refs may be millions: never."""
+    changed, committed = 0, False
+    for i in ids:
+        if i in changes.staged:
+            return False
+        node = base_arrays.get(i)
+        committed = committed or (node is not None and bool(node.manifests))
+        array_changes = changes.chunks.get(i)
+        changed += len(array_changes) if array_changes is not None else 0
+    return committed and changed <= SPLICE_MAX_ROWS
 
 
 def _only_pending(

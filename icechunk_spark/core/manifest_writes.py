@@ -68,6 +68,7 @@ def write_packed_manifests(
     progress: Progress | None,
     carried: Carried | None = None,
     deferred: DeferredPuts | None = None,
+    few_changed: Callable[[Sequence[int]], bool] | None = None,
 ) -> dict[int, Sequence[ManifestRef]]:
     """Write the planned manifests, each array's refs (``refs_for``, sorted by coord) in it;
     at most ``limit`` at a time. Returns each array's new manifest refs (equal ones are one
@@ -75,7 +76,9 @@ def write_packed_manifests(
     keep their rows of their one old manifest, taken in bulk (a change to one of 5,760 small
     arrays sharing a manifest rewrites that manifest, but must not rebuild 5,759 arrays' refs
     one by one). Small manifests go to ``deferred``, to be written with the structure file in
-    one round."""
+    one round; a bigger one is kept decoded there too when ``few_changed`` says of its arrays
+    that it is a committed manifest rewritten for a few changed rows (the next commit to
+    them would read it back whole)."""
 
     def write_one(manifest: PlannedManifest) -> list[tuple[int, tuple[ManifestRef]]]:
         manifest_id, set_name = new_object_id(), manifest.set_name
@@ -112,8 +115,14 @@ def write_packed_manifests(
             table = pa.concat_tables(same_location_types(tables), promote_options="permissive")
             rows = manifest_rows(table, presorted=True)
             key = manifest_key(manifest_id)
-            if deferred is None or not deferred.take_manifest(manifest_id, key, rows):
+
+            def keep() -> bool:
+                return few_changed is not None and few_changed(ids)
+
+            if deferred is None or not deferred.take_manifest(manifest_id, key, rows, keep):
                 storage.put(key, encode_manifest_rows(rows))
+                if deferred is not None and keep():
+                    deferred.remember(manifest_id, rows)
             written.append(key)
         return out
 
@@ -157,17 +166,26 @@ class DeferredPuts:
         self._writes: list[Future[None]] = []
         self.tables: dict[str, pa.Table] = {}  # manifest id -> rows as decoding reads them
 
-    def take_manifest(self, manifest_id: str, key: str, rows: pa.Table) -> bool:
+    def take_manifest(
+        self, manifest_id: str, key: str, rows: pa.Table, keep: Callable[[], bool]
+    ) -> bool:
         """Hold ``rows`` (``manifest_rows`` output), to be encoded and written as ``key``;
-        ``False`` (nothing done) when they do not fit the budget."""
+        ``False`` (nothing done) when they do not fit the budget. Kept decoded (``tables``)
+        when small, or when ``keep()``."""
         with self._lock:
             if rows.num_rows > self._budget:
                 return False
             self._budget -= rows.num_rows
-        if rows.num_rows <= REMEMBERED_ROWS:
-            self.tables[manifest_id] = rows_as_decoded(rows)
+        if rows.num_rows <= REMEMBERED_ROWS or keep():
+            self.remember(manifest_id, rows)
         self.put(key, lambda: encode_manifest_rows(rows))
         return True
+
+    def remember(self, manifest_id: str, rows: pa.Table) -> None:
+        """Keep ``rows`` (``manifest_rows`` output) as decoding reads them."""
+        decoded = rows_as_decoded(rows)
+        with self._lock:
+            self.tables[manifest_id] = decoded
 
     def put(self, key: str, encode: Callable[[], bytes]) -> None:
         """Hold ``key``, to be written with the bytes ``encode`` makes."""
