@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from icechunk_spark import Repository
-from icechunk_spark.core import manifest_writes
+from icechunk_spark.core import flush, manifest_writes
 from icechunk_spark.core.waiters import WAITERS_PREFIX
 from icechunk_spark.format.keys import HINT_KEY, STATE_PREFIX
 from icechunk_spark.storage import ObjectInfo, Storage, open_storage
@@ -138,21 +138,25 @@ def test_a_rebase_reads_the_logs_it_rebases_over_in_one_round(tmp_path: Path) ->
     assert reader.get_chunk("/b", (9,)) == b"\x09"
 
 
-def test_only_small_manifests_are_kept_decoded_for_the_next_commit(
+def test_a_bigger_manifest_is_kept_decoded_only_when_few_of_its_rows_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A big import's manifests would hold tens of MB of decoded strings in the cache.
+    # Many changed rows (an import) would hold tens of MB of decoded strings in the cache; a
+    # committed manifest rewritten for a chunk is what the next commit would read back.
     storage = CountingStorage(open_storage(tmp_path.as_uri()))
     repo = _repository(storage)  # a manifest of two refs
     monkeypatch.setattr(manifest_writes, "REMEMBERED_ROWS", 2)
+    monkeypatch.setattr(flush, "SPLICE_MAX_ROWS", 1)  # two changed rows are many here
     session = repo.writable_session()
-    session.set_chunk("/a", (1,), b"\1")  # now three refs: over the limit, not kept
-    session.commit("three refs")
-    session = repo.writable_session()
-    session.set_chunk("/a", (2,), b"\2")
-    storage.reset()
+    session.set_chunk("/a", (1,), b"\1")
+    session.set_chunk("/a", (2,), b"\2")  # four refs: over the limit, two changed: not kept
     session.commit("four refs")
-    assert storage.gets["m"] == 1  # read back: it was not kept
+    for refs in (5, 6):  # one changed each: kept from the second on
+        session = repo.writable_session()
+        session.set_chunk("/a", (refs - 2,), bytes([refs]))
+        storage.reset()
+        session.commit(f"{refs} refs")
+        assert storage.gets["m"] == (1 if refs == 5 else 0)  # read back once, then kept
 
 
 def test_a_builds_small_objects_are_held_until_started_and_none_is_left_unwritten(
