@@ -23,8 +23,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_splitting import ICECHUNK_PYTHON
-from bench.common import print_table, run_json
+from bench.common import patched, print_table, run_json
 from icechunk_spark import Repository
 from icechunk_spark.core import flush, split_writes
 from icechunk_spark.format import merge
@@ -57,16 +57,6 @@ def build(refs: int) -> Repository:
     )
     session.commit(f"{refs:,} refs")
     return repo
-
-
-@contextmanager
-def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
-    saved = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, saved)
 
 
 # Each side: a context to commit in.

@@ -31,15 +31,14 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_splitting import CommitTimes, build, small_commit
-from bench.common import print_table
+from bench.common import patched, print_table
 from bench.pair_small_commits import WARM_UP, alternate, copy_repository, wall_ratio
 from icechunk_spark import Repository
 from icechunk_spark.core import commit as commit_module
@@ -54,16 +53,6 @@ def busy(seconds: float) -> None:
     end = time.thread_time() + seconds
     while time.thread_time() < end:
         pass
-
-
-@contextmanager
-def patched(owner: Any, name: str, value: Any) -> Iterator[None]:
-    saved = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, saved)
 
 
 def _data_unsynced() -> Any:
