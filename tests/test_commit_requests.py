@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from icechunk_spark import Repository
-from icechunk_spark.core import flush, manifest_writes
+from icechunk_spark.core import manifest_writes
 from icechunk_spark.core.waiters import WAITERS_PREFIX
 from icechunk_spark.format.keys import HINT_KEY, STATE_PREFIX
 from icechunk_spark.storage import ObjectInfo, Storage, open_storage
@@ -146,7 +146,7 @@ def test_a_bigger_manifest_is_kept_decoded_only_when_few_of_its_rows_changed(
     storage = CountingStorage(open_storage(tmp_path.as_uri()))
     repo = _repository(storage)  # a manifest of two refs
     monkeypatch.setattr(manifest_writes, "REMEMBERED_ROWS", 2)
-    monkeypatch.setattr(flush, "SPLICE_MAX_ROWS", 1)  # two changed rows are many here
+    monkeypatch.setattr(manifest_writes, "SPLICE_MAX_ROWS", 1)  # two changed rows are many here
     session = repo.writable_session()
     session.set_chunk("/a", (1,), b"\1")
     session.set_chunk("/a", (2,), b"\2")  # four refs: over the limit, two changed: not kept

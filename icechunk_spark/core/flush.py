@@ -19,7 +19,6 @@ import pyarrow as pa
 from ..format.ids import new_object_id
 from ..format.keys import attributes_key, structure_key, txlog_key
 from ..format.manifest import attach_stats
-from ..format.merge import SPLICE_MAX_ROWS
 from ..format.structure import ManifestRef, Node
 from ..format.structure_encode import (
     StructureTables,
@@ -34,7 +33,7 @@ from ..storage import Storage
 from .bulk_refs import merge_pending_in_bulk, pending_chunk_changes
 from .changes import ChangeSet
 from .coord_refs import CoordRefs
-from .manifest_writes import Carried, DeferredPuts, write_packed_manifests
+from .manifest_writes import Carried, DeferredPuts, rewritten_for_a_few, write_packed_manifests
 from .overlay import current_nodes
 from .snapshot import SnapshotView
 from .split_writes import split_arrays, write_split_array
@@ -228,10 +227,8 @@ def _merge_modified(
 
 
 def _few_changed(base_arrays: Mapping[int, Node], changes: ChangeSet, ids: Iterable[int]) -> bool:
-    """Whether a manifest of arrays ``ids`` is a committed one rewritten for a few changed
-    rows (as many as a merge splices in): then it is kept decoded for the next commit, as
-    ``split_writes`` keeps such a piece. Not a manifest of new arrays only (an import): it
-    replaces nothing held decoded. Staged refs may be millions: never."""
+    """``rewritten_for_a_few`` of a packed manifest of arrays ``ids``: committed when one of
+    them was; its changed rows are the session's. Staged refs may be millions: never."""
     changed, committed = 0, False
     for i in ids:
         if i in changes.staged:
@@ -240,7 +237,7 @@ def _few_changed(base_arrays: Mapping[int, Node], changes: ChangeSet, ids: Itera
         committed = committed or (node is not None and bool(node.manifests))
         array_changes = changes.chunks.get(i)
         changed += len(array_changes) if array_changes is not None else 0
-    return committed and changed <= SPLICE_MAX_ROWS
+    return rewritten_for_a_few(committed, changed)
 
 
 def _only_pending(

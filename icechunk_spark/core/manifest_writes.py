@@ -24,6 +24,7 @@ from ..format.manifest import (
     rows_as_decoded,
     with_array_id,
 )
+from ..format.merge import SPLICE_MAX_ROWS
 from ..format.structure import Extent, ManifestRef
 from ..pools import bounded_map
 from ..progress import Progress, track
@@ -138,6 +139,15 @@ def write_packed_manifests(
 # A manifest up to this many rows is kept decoded for the next commit: a small commit's, not
 # a big import's (its decoded strings would stay in the cache, tens of MB a manifest).
 REMEMBERED_ROWS = 1 << 16
+
+
+def rewritten_for_a_few(committed: bool, changed_rows: int) -> bool:
+    """Whether a bigger manifest is kept decoded for the next commit too: one holding
+    committed refs (``committed``) with at most as many changed rows as a merge splices in.
+    The next commit to it would read it back whole (0.3 s at 1 M refs,
+    bench/bench_big_array_commit.py). A manifest of new refs only (an import) is not kept: it
+    replaces nothing held decoded, and its rows would sit in the cache unasked."""
+    return committed and changed_rows <= SPLICE_MAX_ROWS
 
 
 class DeferredPuts:

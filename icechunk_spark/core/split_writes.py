@@ -17,14 +17,13 @@ import pyarrow as pa
 
 from ..format.keys import manifest_key
 from ..format.manifest import attach_stats, encode_manifest_rows, rows_as_decoded
-from ..format.merge import SPLICE_MAX_ROWS
 from ..format.structure import ManifestRef, Node
 from ..progress import Progress, track
 from ..splitting import ArrayStats, ManifestConfig, SplitSpec, split_spec
 from ..storage import Storage
 from .changes import ChangeSet
 from .coord_refs import CoordRefs
-from .manifest_writes import refs_manifest_rows
+from .manifest_writes import refs_manifest_rows, rewritten_for_a_few
 from .snapshot import SnapshotView
 
 _BLOCK = 1 << 20  # rows of coords looked at at a time for the pieces they fall in
@@ -130,12 +129,10 @@ def write_split_array(
 
 
 def _few_changed(layers: Sequence[tuple[bool, CoordRefs]]) -> bool:
-    """Whether a piece is a committed one with a few rows changed (as many as a merge splices
-    in): then its new manifest is kept decoded, as the next commit to it would read it (whole:
-    0.3 s at 1 M refs, bench/bench_big_array_commit.py). A piece mostly rewritten (an import)
-    is not: its rows would sit in the cache beside the ones they replace."""
+    """``rewritten_for_a_few`` of a piece: committed when it had committed rows; its changed
+    rows are those of the session's layers."""
     changed = sum(rows.num_rows for committed, rows in layers if not committed)
-    return any(committed for committed, _ in layers) and changed <= SPLICE_MAX_ROWS
+    return rewritten_for_a_few(any(committed for committed, _ in layers), changed)
 
 
 def kept_pieces(
