@@ -128,10 +128,10 @@ class LocalStorage(Storage):
         self._prepared[(key, id(data))] = (data, tmp)
 
     def drop_prepared(self, key: str, data: bytes) -> None:
-        entry = self._prepared.pop((key, id(data)), None)
-        if entry is not None:
+        tmp = self._take_prepared(key, data)
+        if tmp is not None:
             with contextlib.suppress(OSError):
-                os.unlink(entry[1])
+                os.unlink(tmp)
 
     def _take_prepared(self, key: str, data: bytes) -> str | None:
         """The temporary file prepared for these very bytes; put_if_absent removes it, linked
