@@ -20,8 +20,8 @@ What makes this truthful under faults:
 * **A re-created generation is taken back.** A writer stalled between reading state ``g`` and
   creating ``t/<g+1>`` can find it absent again when others landed ``t/<g+1>``… and GC
   deleted them (all but the newest): after creating, it checks that ``t/<g>`` still exists
-  (``_still_ours``), and otherwise, unless the newest state holds its commit (GC passed it
-  after the create), deletes its fork and reads again.
+  (``_still_ours``), and otherwise, unless the state after its own names it as its parent
+  (GC passed it after the create, fencing on top of it), deletes its fork and reads again.
 * **A damaged hint is ignored.** A hint that cannot be decoded (truncated, garbled) is treated
   as a missing one: readers list ``t/``, whose newest state file decides (and must decode).
 """
@@ -61,8 +61,8 @@ PUBLISH_ATTEMPTS = 5
 def read_latest_state(storage: Storage, known: State | None = None) -> State:
     """The newest committed state. Raises ``NotFoundError`` when there is no repository.
 
-    ``known``: a state this process read or published (what its ``t/<g>`` holds, but for the
-    change-id), probed from first: while it is still the newest (a writer committing again)
+    ``known``: a state this process read or published (what its ``t/<g>`` holds), probed
+    from first: while it is still the newest (a writer committing again)
     the hint need not be read, one request fewer. When a newer one exists, the hint is read
     as without it, and the newer of the two is probed from.
     """
@@ -131,8 +131,9 @@ def _read_newest_listed(storage: Storage) -> State:
 
 
 def state_file_bytes(state: State) -> bytes:
-    """The state file of ``state``, with a fresh ``change-id`` (how a writer knows its own)."""
-    return encode_state(replace(state, change_id=new_object_id()))
+    """The state file of ``state``, with its ``change-id`` (how a writer knows its own file):
+    ``State.next`` gives every state a fresh one; a state without one gets one here."""
+    return encode_state(state if state.change_id else replace(state, change_id=new_object_id()))
 
 
 def publish_state(
@@ -157,7 +158,7 @@ def publish_state(
     key = state_key(state.generation)
     if not _create_exactly(storage, key, data):
         return False
-    if not _still_ours(storage, state.generation, landed):
+    if not _still_ours(storage, state, landed):
         # Ours is a fork no reader follows: take it back, and lose the round. The caller
         # reads the latest state (GC's fence among it) and tries again, or refuses.
         with contextlib.suppress(StorageError):
@@ -180,8 +181,8 @@ def lists_snapshot(snapshot_id: str) -> Callable[[State], bool]:
     return lambda state: snapshot_id in state.snapshots
 
 
-def _still_ours(storage: Storage, generation: int, landed: Callable[[State], bool] | None) -> bool:
-    """Whether the state file just created as ``generation`` is in the history, not a
+def _still_ours(storage: Storage, state: State, landed: Callable[[State], bool] | None) -> bool:
+    """Whether the state file just created for ``state`` is in the history, not a
     re-creation of one GC deleted.
 
     A writer reads state ``g`` and creates ``t/<g+1>``; if it stalls between the two while
@@ -191,23 +192,40 @@ def _still_ours(storage: Storage, generation: int, landed: Callable[[State], boo
     state files oldest first, so ``t/<g+1>`` can have been deleted only if ``t/<g>`` was
     before it: while ``t/<g>`` exists after our create, the generation was ours alone.
     (Readers make the same check after their probe, ``read_latest_state``.) When ``t/<g>``
-    is gone, GC deleted it before our create (a fork) or after it, fencing on top of ours;
-    ``landed`` tells them apart on the newest state (without it: taken for a fork).
+    is gone, GC deleted it before our create (a fork) or after it, fencing on top of ours.
+    Its fence's state, ``t/<g+2>``, then names ours as the one it replaced
+    (``parent-change-id``): any change, a branch's or a tag's too, is told apart so. Failing
+    that (a state file written before parents were recorded, or GC run twice meanwhile),
+    ``landed`` asks the newest state (a commit: is its snapshot listed?); without it the
+    state file is taken for a fork.
 
     Raises:
         CommitStateUnknownError: storage could not say whether ``t/<g>`` exists, or which
             state is the newest.
     """
+    generation = state.generation
     if generation == 0:
         return True
     try:
         if storage.exists(state_key(generation - 1)):
+            return True
+        if _next_built_on(storage, state):
             return True
         return landed is not None and landed(read_latest_state(storage))
     except StorageError as exc:
         raise CommitStateUnknownError(
             None, f"could not check that state file {generation - 1} survived ({exc})"
         ) from exc
+
+
+def _next_built_on(storage: Storage, state: State) -> bool:
+    """Whether ``t/<g+1>`` exists and names ``state`` (by change id) as the one it replaced."""
+    key = state_key(state.generation + 1)
+    try:
+        after = decode_state(storage.get(key), key)
+    except NotFoundError:
+        return False
+    return bool(state.change_id) and after.parent_change_id == state.change_id
 
 
 def _create_exactly(storage: Storage, key: str, data: bytes) -> bool:
@@ -287,6 +305,7 @@ def initial_state(storage: Storage, config: Mapping[str, Any]) -> State:
     )
     return State(
         id=new_object_id(),
+        change_id=new_object_id(),
         generation=0,
         store_root=storage.url,
         snapshots={snapshot.id: snapshot},

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..errors import FormatError, InvalidInputError, NotFoundError
+from .ids import new_object_id
 from .snapshot_memo import SnapshotMemo
 from .state_text import StateText, split_state
 
@@ -120,6 +121,10 @@ class State:
     # lost response (two writers never write the same bytes, even for the same change).
     change_id: str = ""
     status: RepoStatus = ONLINE
+    # The change id of the state this one replaced: which state file ``t/<g>`` it was built
+    # on, so a writer whose ``t/<g>`` GC overtook can tell whether ``t/<g+1>`` follows its own
+    # (``core.refs``). Empty in a state written before it was recorded, and in generation 0.
+    parent_change_id: str = ""
 
     def snapshot(self, snapshot_id: str) -> SnapshotInfo:
         try:
@@ -169,8 +174,15 @@ class State:
         return {r.name: r.snapshot_id for r in self.refs.values() if r.type == "tag"}
 
     def next(self, **changes: Any) -> State:
-        """The state of the next generation, with ``changes`` applied."""
-        return replace(self, generation=self.generation + 1, **changes)
+        """The state of the next generation, with ``changes`` applied: a change id of its own,
+        and this state's as its parent's."""
+        return replace(
+            self,
+            generation=self.generation + 1,
+            change_id=new_object_id(),
+            parent_change_id=self.change_id,
+            **changes,
+        )
 
 
 def union_marks(*groups: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
@@ -197,6 +209,8 @@ def encode_state(state: State) -> bytes:
         "config": dict(state.config),
         "change-id": state.change_id,
     }
+    if state.parent_change_id:
+        doc["parent-change-id"] = state.parent_change_id
     if state.gc_fence is not None:
         doc["gc-fence"] = {
             "generation": state.gc_fence.generation,
@@ -292,6 +306,7 @@ def _decode_state(data: bytes, name: str) -> State:
             gc_fence=_decode_fence(doc.get("gc-fence")),
             change_id=str(doc.get("change-id", "")),
             status=_decode_status(doc.get("status")),
+            parent_change_id=str(doc.get("parent-change-id", "")),
         )
     except FormatError:
         raise
