@@ -1,4 +1,4 @@
-"""A branch, tag or config change that GC overtook right after its create is reported done.
+"""A branch or tag change that GC overtook right after its create is reported done.
 
 A state change creates ``t/<g+1>`` and then checks that ``t/<g>`` still exists (docs/format.md,
 "Commits", step 3). When GC fences on top of the new state and deletes ``t/<g>`` in between,
