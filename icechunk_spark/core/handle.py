@@ -44,6 +44,8 @@ class RepoHandle:
         config_override: RepositoryConfig | Mapping[str, Any] | None = None,
         authorize_virtual: Authorization | list[str] | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        *,
+        owns_storage: bool = False,
     ) -> None:
         self.storage = storage
         self._storage_options = dict(storage_options or {})
@@ -71,6 +73,9 @@ class RepoHandle:
         # (``read_latest_state``'s ``known``). Threads may set it in any order: it is only
         # where a probe starts, and any committed state will do.
         self.known_state = state
+        # Opened from a URL, the storage is this handle's to close; one handed in is the
+        # caller's (``open``, ``create``).
+        self.owns_storage = owns_storage
 
     @classmethod
     def create(
@@ -87,7 +92,8 @@ class RepoHandle:
             raise AlreadyExistsError(
                 f"a repository exists at {storage.url} already; open it with Repository.open"
             )
-        return cls(storage, state, None, authorize_virtual, storage_options)
+        owned = not isinstance(url, Storage)
+        return cls(storage, state, None, authorize_virtual, storage_options, owns_storage=owned)
 
     @classmethod
     def open(
@@ -99,7 +105,9 @@ class RepoHandle:
     ) -> RepoHandle:
         """A handle on the existing repository at ``url``. Raises ``NotFoundError``."""
         storage = open_storage(url, **dict(storage_options or {}))
-        return cls(storage, read_latest_state(storage), config, authorize_virtual, storage_options)
+        state = read_latest_state(storage)
+        owned = not isinstance(url, Storage)
+        return cls(storage, state, config, authorize_virtual, storage_options, owns_storage=owned)
 
     def __reduce__(self) -> tuple[Any, ...]:
         reopen = (self.storage, self._config_override, self._storage_options, self._authorized)
@@ -162,8 +170,11 @@ class RepoHandle:
         return await read_ref_async(self.storage, self.virtual_reader, ref, byte_range)
 
     def close(self) -> None:
-        """Wait for writes in flight and release the I/O threads."""
+        """Wait for writes in flight and release the I/O threads (and the storage, when this
+        handle opened it)."""
         self.pool.shutdown(wait=True)
+        if self.owns_storage:
+            self.storage.close()
 
     def __repr__(self) -> str:
         return f"<RepoHandle {self.storage.url}>"

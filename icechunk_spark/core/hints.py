@@ -63,6 +63,9 @@ class HintWriter:
                 # Best effort: a failed hint leaves an older one, which readers survive.
                 with contextlib.suppress(StorageError):
                     self._storage.put_best_effort(HINT_KEY, item[1])
+                    # Off the commit's path as the hint is: the next commit's writes start
+                    # quicker (local disk: their files are created now, ``storage.spares``).
+                    self._storage.ready_for_writes()
         except BaseException:
             with self._lock:  # never leave later hints waiting on a writer that died
                 self._waiting = None

@@ -76,6 +76,10 @@ class Storage(ABC):
     def drop_prepared(self, key: str, data: bytes) -> None:  # noqa: B027 - optional
         """Forget ``prepare_put_if_absent(key, data)`` and what it wrote (nothing if none)."""
 
+    def ready_for_writes(self) -> None:  # noqa: B027 - optional
+        """A quiet moment, behind a commit: a backend may make its next writes quicker now
+        (local disk: creates their temporary files, ``storage.spares``). Default: nothing."""
+
     @abstractmethod
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         """Objects whose key starts with ``prefix``, in no set order.
@@ -106,7 +110,7 @@ class Storage(ABC):
         return [self.get(k) for k in keys]
 
     def close(self) -> None:  # noqa: B027 - optional hook
-        """Release clients and connections."""
+        """Release clients and connections (and what ``ready_for_writes`` made)."""
 
 
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)

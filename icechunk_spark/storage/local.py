@@ -3,7 +3,9 @@
 Writes go to a temporary file in the same folder, are fsync'ed, and are published atomically:
 ``os.replace`` for plain puts, ``os.link`` for put-if-absent (link fails if the name exists, so
 exactly one writer wins and no reader ever sees a half-written file). A put-if-absent may be
-prepared: its temporary file written and synced ahead, the link left for later.
+prepared: its temporary file written and synced ahead, the link left for later. The
+temporary file itself is made ahead when it can be: a spare, created behind the last commit
+(``spares``), so that a commit's writes allocate no inode.
 
 Durability: a name is an entry in its folder, and a folder is an entry in its parent; fsync of
 a file makes its bytes durable, not its name. So after publishing, the folder is fsync'ed too,
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -28,8 +29,7 @@ from ..errors import (
     StorageNotFoundError,
 )
 from .base import ObjectInfo, Storage
-
-_TEMP_PREFIX = ".tmp-"  # a write in progress (or one a crash interrupted)
+from .spares import TEMP_PREFIX, Spares, create_temp, new_temp_path
 
 
 class LocalStorage(Storage):
@@ -49,10 +49,24 @@ class LocalStorage(Storage):
         # the bytes' identity: two commits of a process may prepare one generation, each its
         # own bytes. The entry holds them, so no other object can take their id meanwhile.
         self._prepared: dict[tuple[str, int], tuple[bytes, str]] = {}
+        self._spares = Spares()
 
     def __getstate__(self) -> dict[str, object]:
-        # A handle on the same folder: another process has its own prepared files.
-        return {**self.__dict__, "_prepared": {}}
+        # A handle on the same folder: another process has its own prepared and spare files.
+        state = {**self.__dict__, "_prepared": {}}
+        del state["_spares"]
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._spares = Spares()
+
+    def ready_for_writes(self) -> None:
+        """A spare temporary file in each folder whose last one a write took (``spares``)."""
+        self._spares.replenish()
+
+    def close(self) -> None:
+        self._spares.discard()
 
     def _path(self, key: str) -> str:
         # A string, not a Path: pathlib costs tens of microseconds a write, and a small
@@ -78,14 +92,10 @@ class LocalStorage(Storage):
         except OSError as exc:
             raise self._failure(exc, f"reading {key!r}") from exc
 
-    def _write_temp(self, key: str, data: bytes, durable: bool = True) -> str:
-        folder = os.path.dirname(self._path(key))
-        _make_folders(folder)
-        # Not tempfile.mkstemp: its name generator costs more than the write of a small
-        # object here (0.21 ms against 0.15 ms); a random name made once is as unique.
-        # Mode 0o666 under the umask, as any file: readable by those the folder allows.
-        tmp = f"{folder}/{_TEMP_PREFIX}{secrets.token_hex(8)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    def _write_temp(self, key: str, data: bytes, durable: bool = True, spare: bool = True) -> str:
+        """A temporary file in ``key``'s folder holding ``data``: the folder's spare if it has
+        one (``spares``) and ``spare``, else a new one."""
+        fd, tmp = self._open_temp(os.path.dirname(self._path(key)), spare)
         try:
             view = memoryview(data)
             while view:
@@ -100,11 +110,29 @@ class LocalStorage(Storage):
         os.close(fd)
         return tmp
 
+    def _open_temp(self, folder: str, spare: bool) -> tuple[int, str]:
+        """Raises ``FileNotFoundError`` when the spare taken was swept by GC (an old
+        temporary file): the caller writes once more, ``spare=False``."""
+        tmp = self._spares.take(folder) if spare else None
+        if tmp is not None:
+            return os.open(tmp, os.O_WRONLY | os.O_CLOEXEC), tmp
+        _make_folders(folder)
+        tmp = new_temp_path(folder)
+        return create_temp(tmp), tmp
+
+    def _replace(self, key: str, data: bytes, durable: bool) -> str:
+        """Write ``data`` to a temporary file and rename it to ``key``'s path (returned)."""
+        path = self._path(key)
+        try:
+            os.replace(self._write_temp(key, data, durable), path)
+        except FileNotFoundError:
+            # GC swept the spare before or during its write: once more, in a new file.
+            os.replace(self._write_temp(key, data, durable, spare=False), path)
+        return path
+
     def put(self, key: str, data: bytes) -> None:
         try:
-            tmp = self._write_temp(key, data)
-            path = self._path(key)
-            os.replace(tmp, path)
+            path = self._replace(key, data, durable=True)
             _fsync_folder(os.path.dirname(path))
         except OSError as exc:
             raise self._failure(exc, f"writing {key!r}") from exc
@@ -114,7 +142,7 @@ class LocalStorage(Storage):
         the object old, empty or missing, never a torn mix seen by a running reader (the
         rename is atomic), and the hint's readers take a bad one as missing."""
         try:
-            os.replace(self._write_temp(key, data, durable=False), self._path(key))
+            self._replace(key, data, durable=False)
         except OSError as exc:
             raise self._failure(exc, f"writing {key!r}") from exc
 
@@ -135,32 +163,24 @@ class LocalStorage(Storage):
 
     def _take_prepared(self, key: str, data: bytes) -> str | None:
         """The temporary file prepared for these very bytes; put_if_absent removes it, linked
-        or not. Gone meanwhile (GC sweeps old temporary files)? Then the link fails, and
-        ``refs.publish_state`` reads back and tries again, unprepared."""
+        or not (gone meanwhile, swept by GC: put_if_absent writes a new one)."""
         entry = self._prepared.pop((key, id(data)), None)
         return None if entry is None else entry[1]
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        try:
-            tmp = self._take_prepared(key, data) or self._write_temp(key, data)
-        except OSError as exc:
-            raise self._failure(exc, f"creating {key!r}") from exc
         path = self._path(key)
         try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
+            try:
+                tmp = self._take_prepared(key, data) or self._write_temp(key, data)
+                created = _link_once(tmp, path)
+            except FileNotFoundError:
+                # GC swept its temporary file (a prepared or spare one): once more, a new one.
+                created = _link_once(self._write_temp(key, data, spare=False), path)
+            if created:
+                _fsync_folder(os.path.dirname(path))
         except OSError as exc:
             raise self._failure(exc, f"creating {key!r}") from exc
-        finally:
-            # The temporary name may outlive a crash; GC sweeps it. No fsync needed for that.
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        try:
-            _fsync_folder(os.path.dirname(path))
-        except OSError as exc:
-            raise self._failure(exc, f"creating {key!r}") from exc
-        return True
+        return created
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         # The folder that holds every key starting with prefix ("" is the root itself, not
@@ -170,7 +190,7 @@ class LocalStorage(Storage):
             return
         for dirpath, _dirs, files in os.walk(folder):
             for name in files:
-                if name.startswith(_TEMP_PREFIX):
+                if name.startswith(TEMP_PREFIX):
                     continue
                 full = os.path.join(dirpath, name)
                 key = os.path.relpath(full, self.root).replace(os.sep, "/")
@@ -185,7 +205,7 @@ class LocalStorage(Storage):
     def list_temporary(self) -> Iterator[ObjectInfo]:
         for dirpath, _dirs, files in os.walk(self.root):
             for name in files:
-                if not name.startswith(_TEMP_PREFIX):
+                if not name.startswith(TEMP_PREFIX):
                     continue
                 full = os.path.join(dirpath, name)
                 try:
@@ -240,6 +260,19 @@ def _make_folders(folder: str) -> None:
         with contextlib.suppress(FileExistsError):
             os.mkdir(path)
         _fsync_folder(os.path.dirname(path))
+
+
+def _link_once(tmp: str, path: str) -> bool:
+    """Link ``tmp`` as ``path`` unless that exists (``False``); the temporary name goes either
+    way (it may outlive a crash, and GC sweeps it: no fsync needed for that)."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    return True
 
 
 def _fsync_folder(folder: str) -> None:

@@ -93,6 +93,29 @@ class ListingChecks(StorageHooks):
         listed = keys_of(storage.list(""))
         assert listed == ["t/00000000000000000000"], f"list('') shows {listed}"
 
+    def test_ready_for_writes_changes_nothing_a_caller_sees(self, storage: Storage) -> None:
+        # Called behind every commit: whatever a backend makes ahead (local disk: spare
+        # temporary files) is never listed, never in the way, and gone once it is closed.
+        keys = ["m/AAA", "s/BBB", "t/00000000000000000001", "top"]
+        for key in keys[:2]:
+            storage.put(key, b"first")
+        assert storage.put_if_absent(keys[2], b"first")
+        storage.put_best_effort(keys[3], b"first")
+        storage.ready_for_writes()
+        assert sorted(keys_of(storage.list(""))) == keys, "ready_for_writes made a listed object"
+        for key in keys[:2]:
+            storage.put(key, b"second")
+        assert storage.put_if_absent("t/00000000000000000002", b"second")
+        assert not storage.put_if_absent(keys[2], b"second")
+        storage.put_best_effort(keys[3], b"second")
+        storage.ready_for_writes()
+        wanted = {"m/AAA": b"second", "s/BBB": b"second", keys[2]: b"first", "top": b"second"}
+        assert {k: storage.get(k) for k in wanted} == wanted
+        assert len(keys_of(storage.list(""))) == 5
+        storage.close()
+        left = list(storage.list_temporary())
+        assert left == [], f"closed, the storage left temporary files behind: {left}"
+
     # -- delete, exists, get_many -----------------------------------------------------------
     def test_delete_removes_present_keys_and_ignores_missing_ones(self, storage: Storage) -> None:
         storage.put("c/gone", b"x")

@@ -61,6 +61,9 @@ class CountingStorage(Storage):
     def drop_prepared(self, key: str, data: bytes) -> None:
         self.inner.drop_prepared(key, data)
 
+    def ready_for_writes(self) -> None:
+        self.inner.ready_for_writes()
+
     def list_temporary(self) -> Iterator[ObjectInfo]:
         return self.inner.list_temporary()
 

@@ -132,6 +132,9 @@ class FaultyStorage(Storage):
     def drop_prepared(self, key: str, data: bytes) -> None:
         self.inner.drop_prepared(key, data)
 
+    def ready_for_writes(self) -> None:
+        self.inner.ready_for_writes()
+
     def list_temporary(self) -> Iterator[ObjectInfo]:
         return self.inner.list_temporary()
 

@@ -45,9 +45,11 @@ def _commit_held_at_publish(
 
 
 def _temporary_files(faulty: FaultyStorage, *repos: Repository) -> list[str]:
-    """Temporary files left once every commit's hint (written behind it) is written."""
+    """Temporary files left once every commit's hint (written behind it) is written and the
+    storage is closed (which deletes the spare files made for the next writes)."""
     for repo in repos:
         hints_written(repo)
+    faulty.inner.close()
     return [info.key for info in faulty.list_temporary()]
 
 
