@@ -1,7 +1,7 @@
 """Two revisions of the package, the same small commits, paired in one process.
 
     .venv/bin/python bench/pair_small_commits.py REV_A REV_B [--commits 200] [--refs 100000] \
-        [--history N] [--arrays N]
+        [--history N] [--arrays N] [--churn N]
 
 This machine's speed changes by up to 2.5x over tens of minutes, so two runs minutes apart
 differ by more than most changes do. Here both revisions run side by side instead: each
@@ -14,7 +14,11 @@ median of B/A over the pairs. ``--history N``: N more untimed commits a side fir
 file lists every snapshot, so its cost grows with history). ``--arrays N``: instead, a
 repository of N arrays of one chunk each (bench_many_arrays.py's, made through our API), all
 sharing one manifest, and each commit changes the chunk of one of them (every array gets a
-new manifest ref, as in icechunk#2348's case).
+new manifest ref, as in icechunk#2348's case). ``--churn N``: before the timed commits,
+N empty files are created beside the repositories and deleted, as a test suite or another
+benchmark deletes its temporary folders: on ext4 without a journal (this machine's root),
+every file created in the next minutes is allocated past those freed inodes one by one
+(``storage/spares.py``).
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ def main() -> None:
     parser.add_argument("--refs", type=int, default=100_000)
     parser.add_argument("--history", type=int, default=0)
     parser.add_argument("--arrays", type=int, default=0)
+    parser.add_argument("--churn", type=int, default=0)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-pair-"))
     modules = {
@@ -86,11 +91,16 @@ def main() -> None:
         copy_repository(work / "built", work / f"repo-{side}")
         repos[side] = module.Repository.open((work / f"repo-{side}").as_uri())
     os.sync()  # no commit's fsync waits for the copies' writeback
-    runs = alternate(
-        lambda side, k, settle_s: commit(repos[side], k, settle_s),
-        args.commits,
-        WARM_UP + args.history,
-    )
+    churn(work / "churn", args.churn)
+
+    def commit_and_settle(side: str, k: int, settle_s: float) -> CommitTimes:
+        times = commit(repos[side], k, settle_s)
+        # What a commit leaves behind it (the hint, and from e4c4c89 on the spare files of
+        # the next writes) ends before the other side's timer starts.
+        repos[side].handle.hints.wait(30)
+        return times
+
+    runs = alternate(commit_and_settle, args.commits, WARM_UP + args.history)
 
     rows = []
     for side, rev in (("A", args.rev_a), ("B", args.rev_b)):
@@ -104,6 +114,8 @@ def main() -> None:
         if args.arrays
         else f"bench_splitting's repository, {args.refs:,} refs in its big variable"
     )
+    if args.churn:
+        repository += f"; {args.churn:,} files created and deleted beside it before"
     print_table(
         f"{args.commits} small commits per side, alternating in one process "
         f"({repository}, {WARM_UP + args.history:,} commits before); "
@@ -118,6 +130,16 @@ def copy_repository(built: Path, to: Path) -> None:
     """A copy of the repository at ``built`` for one side, without the temporary files of
     the hint its last commit may still be writing."""
     shutil.copytree(built, to, ignore=shutil.ignore_patterns(".tmp-*"))
+
+
+def churn(folder: Path, files: int) -> None:
+    """Create ``files`` empty files in ``folder``, then delete them all (``--churn``)."""
+    if not files:
+        return
+    folder.mkdir()
+    for i in range(files):
+        (folder / str(i)).touch()
+    shutil.rmtree(folder)
 
 
 def alternate(

@@ -203,11 +203,14 @@ class LocalStorage(Storage):
                 yield ObjectInfo(key, st.st_size, int(st.st_mtime * 1000))
 
     def list_temporary(self) -> Iterator[ObjectInfo]:
+        held = self._spares.held()  # made for our next writes, not left behind by any
         for dirpath, _dirs, files in os.walk(self.root):
             for name in files:
                 if not name.startswith(TEMP_PREFIX):
                     continue
                 full = os.path.join(dirpath, name)
+                if full in held:
+                    continue
                 try:
                     st = os.stat(full)
                 except FileNotFoundError:

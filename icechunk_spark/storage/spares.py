@@ -11,11 +11,14 @@ So a local storage keeps one empty temporary file ready in each folder it writes
 a commit (``Storage.ready_for_writes``, on the I/O threads after the hint) it creates what
 that commit's writes took, and the next writes there take it instead of creating one.
 
-A spare is a temporary file like any other (``.tmp-``): never listed as an object, and swept
-by garbage collection when older than its cut-off, which a spare may be while it waits. A
-write that finds its spare gone, or loses it before the rename, writes a fresh temporary
-file instead (``LocalStorage``). The spares of a storage are deleted when it is closed,
-garbage-collected or the interpreter exits; a crash leaves them to GC.
+A spare is a temporary file (``.tmp-``), never listed as an object. The storage holding it
+leaves it out of its ``list_temporary`` (it is no leftover of an interrupted write, and GC
+run from that process neither counts nor sweeps it); to another process it is a temporary
+file like any other, which GC sweeps when older than its cut-off, as a spare may be while it
+waits. A write that finds its spare gone, or loses it before the rename, writes a new
+temporary file instead (``LocalStorage``). The spares of a storage are deleted when it is
+closed, garbage-collected or the interpreter exits; a crash leaves them to GC. A forked
+child forgets its parent's spares: two processes writing one file would mix their bytes.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ class Spares:
         self._ready: dict[str, str] = {}  # folder -> its spare
         self._wanted: set[str] = set()  # folders written to since the last replenish
         # Holds the dict, not self: the spares go when this object does, or at exit.
-        weakref.finalize(self, _delete_all, self._ready, self._lock)
+        weakref.finalize(self, _delete_all, self._ready)
+        _LIVE.add(self)
 
     def take(self, folder: str) -> str | None:
         """The spare of ``folder`` (now the caller's to write, rename or delete), if any."""
@@ -69,20 +73,45 @@ class Spares:
             except OSError:
                 continue  # a head start only: the next write there creates its own
             with self._lock:
-                self._ready.setdefault(folder, path)
-                if self._ready[folder] == path:
-                    continue
-            _delete(path)  # another thread made one meanwhile
+                kept = self._ready.setdefault(folder, path) == path
+            if not kept:
+                _delete(path)  # another thread made one meanwhile
+
+    def held(self) -> frozenset[str]:
+        """The paths of the spares waiting to be taken."""
+        with self._lock:
+            return frozenset(self._ready.values())
 
     def discard(self) -> None:
         """Delete every spare."""
-        _delete_all(self._ready, self._lock)
+        with self._lock:
+            paths = list(self._ready.values())
+            self._ready.clear()
+        for path in paths:
+            _delete(path)
+
+    def _forget(self) -> None:
+        """In a forked child: the parent's spares are the parent's (left on disk)."""
+        self._lock = threading.Lock()  # another thread may have held it at the fork
+        self._ready.clear()
+        self._wanted.clear()
 
 
-def _delete_all(ready: dict[str, str], lock: threading.Lock) -> None:
-    with lock:
-        paths = list(ready.values())
-        ready.clear()
+_LIVE: weakref.WeakSet[Spares] = weakref.WeakSet()
+
+
+def _forget_all_in_child() -> None:
+    for spares in list(_LIVE):
+        spares._forget()
+
+
+os.register_at_fork(after_in_child=_forget_all_in_child)
+
+
+def _delete_all(ready: dict[str, str]) -> None:
+    # No lock: only when the Spares is unreachable, or at exit once the threads have ended.
+    paths = list(ready.values())
+    ready.clear()
     for path in paths:
         _delete(path)
 

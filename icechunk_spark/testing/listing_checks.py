@@ -95,7 +95,8 @@ class ListingChecks(StorageHooks):
 
     def test_ready_for_writes_changes_nothing_a_caller_sees(self, storage: Storage) -> None:
         # Called behind every commit: whatever a backend makes ahead (local disk: spare
-        # temporary files) is never listed, never in the way, and gone once it is closed.
+        # temporary files) is never listed, never in the way, no leftover of an interrupted
+        # write, and gone once the storage is closed.
         keys = ["m/AAA", "s/BBB", "t/00000000000000000001", "top"]
         for key in keys[:2]:
             storage.put(key, b"first")
@@ -112,8 +113,11 @@ class ListingChecks(StorageHooks):
         wanted = {"m/AAA": b"second", "s/BBB": b"second", keys[2]: b"first", "top": b"second"}
         assert {k: storage.get(k) for k in wanted} == wanted
         assert len(keys_of(storage.list(""))) == 5
-        storage.close()
         left = list(storage.list_temporary())
+        assert left == [], f"what ready_for_writes made is listed as left behind: {left}"
+        other = pickle.loads(pickle.dumps(self.opener(storage)))()
+        storage.close()
+        left = list(other.list_temporary())
         assert left == [], f"closed, the storage left temporary files behind: {left}"
 
     # -- delete, exists, get_many -----------------------------------------------------------

@@ -1,10 +1,12 @@
 """Spare temporary files of local storage (``storage.spares``): made behind a commit, taken
-by the next writes, and never a reason for a write to fail when GC sweeps them."""
+by the next writes, never a leftover to the storage holding them, and never a reason for a
+write to fail when another process's GC sweeps them."""
 
 from __future__ import annotations
 
 import os
 import pickle
+import warnings
 from pathlib import Path
 
 import pytest
@@ -18,8 +20,9 @@ WRITES = {
 }
 
 
-def _temporary(storage: LocalStorage) -> list[str]:
-    return sorted(info.key for info in storage.list_temporary())
+def _temporary_files(storage: LocalStorage) -> list[str]:
+    """Temporary files on disk, as any other process lists them."""
+    return sorted(info.key for info in LocalStorage(storage.root).list_temporary())
 
 
 class SweptBeforeTheRename(LocalStorage):
@@ -39,28 +42,29 @@ def storage(tmp_path: Path) -> LocalStorage:
 
 def test_a_write_takes_the_spare_made_behind_the_last_one(storage: LocalStorage) -> None:
     storage.put("m/first", b"x")
-    assert _temporary(storage) == []
+    assert _temporary_files(storage) == []
     storage.ready_for_writes()
-    [spare] = _temporary(storage)
+    [spare] = _temporary_files(storage)
     assert spare.startswith("m/.tmp-")
+    assert list(storage.list_temporary()) == [], "its own spare is no leftover to the storage"
     inode = os.stat(storage.root / spare).st_ino
     storage.put("m/second", b"mine")
-    assert _temporary(storage) == [], "the write made a file of its own beside the spare"
+    assert _temporary_files(storage) == [], "the write made a file of its own beside the spare"
     assert os.stat(storage.root / "m/second").st_ino == inode, "the spare was not taken"
     assert storage.get("m/second") == b"mine"
     storage.ready_for_writes()
     storage.ready_for_writes()  # no write since: nothing more
-    assert len(_temporary(storage)) == 1, "one spare a folder"
+    assert len(_temporary_files(storage)) == 1, "one spare a folder"
 
 
 @pytest.mark.parametrize("write", sorted(WRITES))
 def test_a_spare_swept_before_it_is_taken(storage: LocalStorage, write: str) -> None:
     WRITES[write](storage, "t/00000000000000000001")
     storage.ready_for_writes()
-    storage.delete(_temporary(storage))  # GC: an old temporary file
+    storage.delete(_temporary_files(storage))  # another process's GC: an old temporary file
     WRITES[write](storage, "t/00000000000000000002")
     assert storage.get("t/00000000000000000002") == b"mine"
-    assert _temporary(storage) == []
+    assert _temporary_files(storage) == []
 
 
 @pytest.mark.parametrize("write", sorted(WRITES))
@@ -71,18 +75,43 @@ def test_a_spare_swept_before_its_rename_is_written_again(tmp_path: Path, write:
     storage.ready_for_writes()
     WRITES[write](storage, "t/00000000000000000002")
     assert storage.get("t/00000000000000000002") == b"mine"
-    assert _temporary(storage) == []
+    assert _temporary_files(storage) == []
 
 
 def test_close_and_a_pickled_copy(storage: LocalStorage) -> None:
     storage.put("m/a", b"x")
     storage.put("s/b", b"x")
     storage.ready_for_writes()
-    assert len(_temporary(storage)) == 2
+    assert len(_temporary_files(storage)) == 2
     copy = pickle.loads(pickle.dumps(storage))
+    assert len(list(copy.list_temporary())) == 2, "another handle's spares are temporary files"
     copy.put("m/c", b"y")  # its own files: the original's spare stays where it was
-    assert len(_temporary(storage)) == 2
+    assert len(_temporary_files(storage)) == 2
     storage.close()
-    assert _temporary(storage) == []
+    assert _temporary_files(storage) == []
     storage.put("m/d", b"z")  # a closed local storage still writes, making its own file
     assert storage.get("m/d") == b"z"
+
+
+def test_a_forked_child_leaves_its_parents_spares_alone(storage: LocalStorage) -> None:
+    storage.put("m/a", b"x")
+    storage.ready_for_writes()
+    [spare] = _temporary_files(storage)
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork beside pytest's threads
+        pid = os.fork()
+    if pid == 0:  # the child: writes in the same folder, then reports what it held
+        try:
+            held = sorted(storage._spares.held())
+            storage.put("m/child", b"child")
+            os.write(write, repr(held).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        assert answer.read() == "[]", "the child took its parent's spares for its own"
+    os.waitpid(pid, 0)
+    assert _temporary_files(storage) == [spare], "the child wrote into its parent's spare"
+    storage.put("m/parent", b"parent")
+    assert [storage.get(k) for k in ("m/child", "m/parent")] == [b"child", b"parent"]

@@ -45,11 +45,9 @@ def _commit_held_at_publish(
 
 
 def _temporary_files(faulty: FaultyStorage, *repos: Repository) -> list[str]:
-    """Temporary files left once every commit's hint (written behind it) is written and the
-    storage is closed (which deletes the spare files made for the next writes)."""
+    """Temporary files left once every commit's hint (written behind it) is written."""
     for repo in repos:
         hints_written(repo)
-    faulty.inner.close()
     return [info.key for info in faulty.list_temporary()]
 
 
