@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from icechunk_spark import Repository
 from icechunk_spark.storage.local import LocalStorage
+from tests.support.helpers import hints_written
 
 WRITES = {
     "put": lambda s, key: s.put(key, b"mine"),
@@ -115,3 +117,21 @@ def test_a_forked_child_leaves_its_parents_spares_alone(storage: LocalStorage) -
     assert _temporary_files(storage) == [spare], "the child wrote into its parent's spare"
     storage.put("m/parent", b"parent")
     assert [storage.get(k) for k in ("m/child", "m/parent")] == [b"child", b"parent"]
+
+
+@pytest.mark.parametrize("opened_from", ["url", "storage"])
+def test_a_repository_closes_only_the_storage_it_opened(tmp_path: Path, opened_from: str) -> None:
+    storage = LocalStorage(tmp_path / "repo")
+    repo = Repository.create(storage.url if opened_from == "url" else storage)
+    session = repo.writable_session()
+    session.create_group("/")
+    session.commit("a commit, and behind it the spares of the next")
+    hints_written(repo)
+    assert _temporary_files(storage), "no spare was made behind the commit"
+    repo.close()
+    if opened_from == "url":
+        assert _temporary_files(storage) == [], "closed, the repository left its spares"
+    else:  # the caller's storage, still open: its spares are its own to close
+        assert _temporary_files(storage)
+        storage.close()
+        assert _temporary_files(storage) == []
