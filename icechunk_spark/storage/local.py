@@ -4,8 +4,8 @@ Writes go to a temporary file in the same folder, are fsync'ed, and are publishe
 ``os.replace`` for plain puts, ``os.link`` for put-if-absent (link fails if the name exists, so
 exactly one writer wins and no reader ever sees a half-written file). A put-if-absent may be
 prepared: its temporary file written and synced ahead, the link left for later. The
-temporary file itself is made ahead when it can be: a spare, created behind the last commit
-(``spares``), so that a commit's writes allocate no inode.
+temporary file of a put is made ahead when it can be: a spare, created behind the last commit
+(``spares``), so that the writes a commit waits for allocate no inode.
 
 Durability: a name is an entry in its folder, and a folder is an entry in its parent; fsync of
 a file makes its bytes durable, not its name. So after publishing, the folder is fsync'ed too,
@@ -92,9 +92,9 @@ class LocalStorage(Storage):
         except OSError as exc:
             raise self._failure(exc, f"reading {key!r}") from exc
 
-    def _write_temp(self, key: str, data: bytes, durable: bool = True, spare: bool = True) -> str:
-        """A temporary file in ``key``'s folder holding ``data``: the folder's spare if it has
-        one (``spares``) and ``spare``, else a new one."""
+    def _write_temp(self, key: str, data: bytes, durable: bool = True, spare: bool = False) -> str:
+        """A temporary file in ``key``'s folder holding ``data``: with ``spare``, the folder's
+        spare if it has one (``spares``), else a new one."""
         fd, tmp = self._open_temp(os.path.dirname(self._path(key)), spare)
         try:
             view = memoryview(data)
@@ -112,7 +112,7 @@ class LocalStorage(Storage):
 
     def _open_temp(self, folder: str, spare: bool) -> tuple[int, str]:
         """Raises ``FileNotFoundError`` when the spare taken was swept by GC (an old
-        temporary file): the caller writes once more, ``spare=False``."""
+        temporary file): the caller writes once more, without one."""
         tmp = self._spares.take(folder) if spare else None
         if tmp is not None:
             return os.open(tmp, os.O_WRONLY | os.O_CLOEXEC), tmp
@@ -120,19 +120,16 @@ class LocalStorage(Storage):
         tmp = new_temp_path(folder)
         return create_temp(tmp), tmp
 
-    def _replace(self, key: str, data: bytes, durable: bool) -> str:
-        """Write ``data`` to a temporary file and rename it to ``key``'s path (returned)."""
+    def put(self, key: str, data: bytes) -> None:
+        # A spare only here: put writes the objects a commit waits for. A state file is
+        # prepared beside them (prepare_put_if_absent), and the hint is written behind it.
         path = self._path(key)
         try:
-            os.replace(self._write_temp(key, data, durable), path)
-        except FileNotFoundError:
-            # GC swept the spare before or during its write: once more, in a new file.
-            os.replace(self._write_temp(key, data, durable, spare=False), path)
-        return path
-
-    def put(self, key: str, data: bytes) -> None:
-        try:
-            path = self._replace(key, data, durable=True)
+            try:
+                os.replace(self._write_temp(key, data, spare=True), path)
+            except FileNotFoundError:
+                # GC swept the spare before or during its write: once more, in a new file.
+                os.replace(self._write_temp(key, data), path)
             _fsync_folder(os.path.dirname(path))
         except OSError as exc:
             raise self._failure(exc, f"writing {key!r}") from exc
@@ -142,7 +139,7 @@ class LocalStorage(Storage):
         the object old, empty or missing, never a torn mix seen by a running reader (the
         rename is atomic), and the hint's readers take a bad one as missing."""
         try:
-            self._replace(key, data, durable=False)
+            os.replace(self._write_temp(key, data, durable=False), self._path(key))
         except OSError as exc:
             raise self._failure(exc, f"writing {key!r}") from exc
 
@@ -163,24 +160,32 @@ class LocalStorage(Storage):
 
     def _take_prepared(self, key: str, data: bytes) -> str | None:
         """The temporary file prepared for these very bytes; put_if_absent removes it, linked
-        or not (gone meanwhile, swept by GC: put_if_absent writes a new one)."""
+        or not. Gone meanwhile (GC sweeps old temporary files)? Then the link fails, and
+        ``refs.publish_state`` reads back and tries again, unprepared."""
         entry = self._prepared.pop((key, id(data)), None)
         return None if entry is None else entry[1]
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        path = self._path(key)
         try:
-            try:
-                tmp = self._take_prepared(key, data) or self._write_temp(key, data)
-                created = _link_once(tmp, path)
-            except FileNotFoundError:
-                # GC swept its temporary file (a prepared or spare one): once more, a new one.
-                created = _link_once(self._write_temp(key, data, spare=False), path)
-            if created:
-                _fsync_folder(os.path.dirname(path))
+            tmp = self._take_prepared(key, data) or self._write_temp(key, data)
         except OSError as exc:
             raise self._failure(exc, f"creating {key!r}") from exc
-        return created
+        path = self._path(key)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise self._failure(exc, f"creating {key!r}") from exc
+        finally:
+            # The temporary name may outlive a crash; GC sweeps it. No fsync needed for that.
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        try:
+            _fsync_folder(os.path.dirname(path))
+        except OSError as exc:
+            raise self._failure(exc, f"creating {key!r}") from exc
+        return True
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         # The folder that holds every key starting with prefix ("" is the root itself, not
@@ -263,19 +268,6 @@ def _make_folders(folder: str) -> None:
         with contextlib.suppress(FileExistsError):
             os.mkdir(path)
         _fsync_folder(os.path.dirname(path))
-
-
-def _link_once(tmp: str, path: str) -> bool:
-    """Link ``tmp`` as ``path`` unless that exists (``False``); the temporary name goes either
-    way (it may outlive a crash, and GC sweeps it: no fsync needed for that)."""
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        return False
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-    return True
 
 
 def _fsync_folder(folder: str) -> None:

@@ -15,12 +15,6 @@ from icechunk_spark import Repository
 from icechunk_spark.storage.local import LocalStorage
 from tests.support.helpers import hints_written
 
-WRITES = {
-    "put": lambda s, key: s.put(key, b"mine"),
-    "put_best_effort": lambda s, key: s.put_best_effort(key, b"mine"),
-    "put_if_absent": lambda s, key: s.put_if_absent(key, b"mine"),
-}
-
 
 def _temporary_files(storage: LocalStorage) -> list[str]:
     """Temporary files on disk, as any other process lists them."""
@@ -30,7 +24,7 @@ def _temporary_files(storage: LocalStorage) -> list[str]:
 class SweptBeforeTheRename(LocalStorage):
     """GC sweeps a spare between its write and its rename (its listed time was old)."""
 
-    def _write_temp(self, key: str, data: bytes, durable: bool = True, spare: bool = True) -> str:
+    def _write_temp(self, key: str, data: bytes, durable: bool = True, spare: bool = False) -> str:
         tmp = super()._write_temp(key, data, durable, spare)
         if spare:
             os.unlink(tmp)
@@ -59,25 +53,33 @@ def test_a_write_takes_the_spare_made_behind_the_last_one(storage: LocalStorage)
     assert len(_temporary_files(storage)) == 1, "one spare a folder"
 
 
-@pytest.mark.parametrize("write", sorted(WRITES))
-def test_a_spare_swept_before_it_is_taken(storage: LocalStorage, write: str) -> None:
-    WRITES[write](storage, "t/00000000000000000001")
+def test_a_spare_swept_before_it_is_taken(storage: LocalStorage) -> None:
+    storage.put("m/first", b"x")
     storage.ready_for_writes()
     storage.delete(_temporary_files(storage))  # another process's GC: an old temporary file
-    WRITES[write](storage, "t/00000000000000000002")
-    assert storage.get("t/00000000000000000002") == b"mine"
+    storage.put("m/second", b"mine")
+    assert storage.get("m/second") == b"mine"
     assert _temporary_files(storage) == []
 
 
-@pytest.mark.parametrize("write", sorted(WRITES))
-def test_a_spare_swept_before_its_rename_is_written_again(tmp_path: Path, write: str) -> None:
+def test_a_spare_swept_before_its_rename_is_written_again(tmp_path: Path) -> None:
     storage = SweptBeforeTheRename(tmp_path / "repo")
-    WRITES[write](storage, "t/00000000000000000001")
-    assert storage.get("t/00000000000000000001") == b"mine"
+    storage.put("m/first", b"x")
     storage.ready_for_writes()
-    WRITES[write](storage, "t/00000000000000000002")
-    assert storage.get("t/00000000000000000002") == b"mine"
+    storage.put("m/second", b"mine")
+    assert storage.get("m/second") == b"mine"
     assert _temporary_files(storage) == []
+
+
+def test_only_puts_take_spares(storage: LocalStorage) -> None:
+    # A state file is prepared beside a commit's objects and the hint follows the commit:
+    # neither is waited for, so neither asks for a spare.
+    storage.put_best_effort("hint", b"x")
+    assert storage.put_if_absent("t/00000000000000000001", b"x")
+    storage.prepare_put_if_absent("t/00000000000000000002", b"y")
+    storage.ready_for_writes()
+    [(_, prepared)] = storage._prepared.values()
+    assert _temporary_files(storage) == [os.path.relpath(prepared, storage.root)]
 
 
 def test_close_and_a_pickled_copy(storage: LocalStorage) -> None:
