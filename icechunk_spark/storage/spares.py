@@ -86,10 +86,9 @@ class Spares:
     def discard(self) -> None:
         """Delete every spare."""
         with self._lock:
-            paths = list(self._ready.values())
+            ready = dict(self._ready)
             self._ready.clear()
-        for path in paths:
-            _delete(path)
+        _delete_all(ready)
 
     def _forget(self) -> None:
         """In a forked child: the parent's spares are the parent's (left on disk)."""
@@ -110,7 +109,8 @@ os.register_at_fork(after_in_child=_forget_all_in_child)
 
 
 def _delete_all(ready: dict[str, str]) -> None:
-    # No lock: only when the Spares is unreachable, or at exit once the threads have ended.
+    # No lock: for a copy (discard), or when the Spares is unreachable or the interpreter
+    # exits, once the threads have ended.
     paths = list(ready.values())
     ready.clear()
     for path in paths:
