@@ -123,10 +123,12 @@ class LocalStorage(Storage):
     def put(self, key: str, data: bytes) -> None:
         # A spare only here: put writes the objects a commit waits for. A state file is
         # prepared beside them (prepare_put_if_absent), and the hint is written behind it.
+        # Not for no bytes: a write of none leaves a file's time as it was, and the object
+        # would carry its spare's, maybe older than a GC's cut-off that must spare it.
         path = self._path(key)
         try:
             try:
-                os.replace(self._write_temp(key, data, spare=True), path)
+                os.replace(self._write_temp(key, data, spare=bool(data)), path)
             except FileNotFoundError:
                 # GC swept the spare before or during its write: once more, in a new file.
                 os.replace(self._write_temp(key, data), path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
 import warnings
 from pathlib import Path
 
@@ -137,3 +138,21 @@ def test_a_repository_closes_only_the_storage_it_opened(tmp_path: Path, opened_f
         assert _temporary_files(storage)
         storage.close()
         assert _temporary_files(storage) == []
+
+
+@pytest.mark.parametrize("data", [b"", b"bytes"], ids=["empty", "bytes"])
+def test_an_object_put_through_a_spare_is_as_young_as_its_put(
+    storage: LocalStorage, data: bytes
+) -> None:
+    # GC takes an unreferenced object older than its cut-off: an object must carry the time
+    # of its put, not of the spare made long before (an empty one writes no byte).
+    storage.put("c/first", b"x")
+    storage.ready_for_writes()
+    [spare] = _temporary_files(storage)
+    an_hour_ago = time.time() - 3600
+    os.utime(storage.root / spare, (an_hour_ago, an_hour_ago))
+    before = time.time()
+    storage.put("c/new", data)
+    assert storage.get("c/new") == data
+    [info] = storage.list("c/new")
+    assert info.modified_ms + storage.mtime_resolution_ms >= before * 1000, "an old time"
