@@ -78,6 +78,21 @@ def remap(column: Column, mapping: Mapping[str, str]) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(indices, values)
 
 
+def same_schemas(tables: Sequence[pa.Table]) -> bool:
+    """Whether every table has the first one's schema (field names, types and order)."""
+    return all(t.schema.equals(tables[0].schema) for t in tables[1:])
+
+
+def concat_refs(tables: Sequence[pa.Table]) -> pa.Table:
+    """``pa.concat_tables`` of ref tables, their types promoted only when their schemas
+    differ (a column some hold and others lack, a type another widens): a small commit's
+    tables mostly share one, and promotion costs 6x a plain concatenation of its few slices
+    (7 against 1 us)."""
+    if same_schemas(tables):
+        return pa.concat_tables(tables)
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
 def with_values(column: pa.DictionaryArray, values: pa.Array) -> pa.DictionaryArray:
     """A column sharing ``column``'s indices over other ``values`` (one per dictionary entry):
     the checksum of each file beside its URL costs no index of its own."""
@@ -95,6 +110,8 @@ def same_dictionary_types(tables: Sequence[pa.Table], names: Sequence[str]) -> l
     """``tables`` with each column of ``names`` dictionary-encoded in all of them where any
     holds it so, and left as it is where none does: the tables concatenate."""
     out = list(tables)
+    if same_schemas(out):
+        return out  # one schema: each column is a dictionary in all or in none (one C call)
     for name in names:
         present = [t for t in out if name in t.column_names]
         kinds = {is_dictionary(t.column(name)) for t in present}

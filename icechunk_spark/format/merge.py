@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from ..errors import RepeatedCoordError
 from .coords import coord_keys, key_coord
+from .locations import concat_refs
 from .manifest import conform_layers, conform_refs, empty_refs, has_tombstones, is_tombstone
 
 
@@ -101,7 +102,7 @@ def merge_order(
         single = conform_refs(layers[0])
         keep = not (drop_tombstones and is_tombstone(single)[0].as_py())
         return single, np.zeros(1 if keep else 0, dtype=np.int64)
-    combined = pa.concat_tables(conform_layers(layers), promote_options="permissive")
+    combined = concat_refs(conform_layers(layers))
     combined = combined.combine_chunks()
     keys = coord_keys(combined.column("coord"), ndim)
     order = np.argsort(keys, kind="stable")
@@ -159,7 +160,7 @@ class Splice:
         row of ``changes`` is kept."""
         parts = [self.base.slice(0, 0), self.changes.slice(0, 0)]
         parts += [(self.changes if new else self.base).slice(a, n) for new, a, n in self.runs]
-        return pa.concat_tables(parts, promote_options="permissive")
+        return concat_refs(parts)
 
     def values(self, of_base: np.ndarray, of_changes: np.ndarray) -> np.ndarray:
         """Per-row values of ``base`` and ``changes`` (their coords), laid out as the rows."""

@@ -10,7 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from icechunk_spark.format.coords import coords_view, decode_coords, encode_coords
-from icechunk_spark.format.locations import remap, same_location_types, with_values
+from icechunk_spark.format.locations import (
+    concat_refs,
+    remap,
+    same_location_types,
+    with_values,
+)
 from icechunk_spark.format.manifest import (
     ROW_GROUP_SIZE,
     conform_refs,
@@ -95,6 +100,25 @@ def test_layers_of_both_kinds_concatenate_and_merge_encoded() -> None:
     merged = merge_refs([old, new], 2)
     assert pa.types.is_dictionary(merged.column("virtual_path").type)
     assert merged.column("virtual_path").to_pylist() == old.column("virtual_path").to_pylist()
+
+
+def test_concat_refs_promotes_only_tables_whose_schemas_differ() -> None:
+    plain = _refs(30)
+    encoded = _encoded(_refs(30).slice(10, 5), "virtual_path")
+    same = concat_refs([plain.slice(0, 3), plain.slice(7, 4)])
+    assert same.schema.equals(plain.schema)
+    assert same.to_pylist() == plain.slice(0, 3).to_pylist() + plain.slice(7, 4).to_pylist()
+    # A column all null in one table (a manifest written before the column had rows) and
+    # typed in the other: promoted, as before.
+    untyped = plain.slice(0, 2).set_column(
+        plain.schema.get_field_index("checksum"), "checksum", pa.nulls(2)
+    )
+    mixed = concat_refs([untyped, plain.slice(2, 2)])
+    assert mixed.column("checksum").type == pa.string()
+    assert mixed.num_rows == 4
+    # Dictionary against plain is same_location_types' work, before the concatenation.
+    both = concat_refs(same_location_types([plain.slice(0, 2), encoded]))
+    assert both.column("virtual_path").to_pylist()[:2] == plain["virtual_path"].to_pylist()[:2]
 
 
 def test_a_sorted_layer_merges_without_a_copy_of_its_rows() -> None:
