@@ -72,10 +72,10 @@ class ArrayChanges:
 
         ``stamped=False``: ``array_id`` left as written, for a writer that sets it on each
         manifest it cuts (an array_id column of 10 M refs is 80 MB)."""
-        out = list(self.tables)
-        if self.pending:
-            out.append(pending_table(self.pending))
-        return [with_array_id(t, node_id) for t in out] if stamped else out
+        out = [with_array_id(t, node_id) for t in self.tables] if stamped else list(self.tables)
+        if self.pending:  # made stamped: no second array_id column
+            out.append(pending_table(self.pending, node_id if stamped else 0))
+        return out
 
     def changed_coords(self) -> pa.Array:
         """Every coord this session wrote or deleted, once each, sorted.
@@ -147,8 +147,10 @@ def _rename_chunk_column(table: pa.Table, renamed: dict[str, str]) -> pa.Table:
     return table.set_column(index, "chunk_id", pa.array(values, pa.string()))
 
 
-def pending_table(pending: dict[bytes, Pending]) -> pa.Table:
-    return refs_table(list(pending), list(pending.values()), np.zeros(len(pending), np.uint64))
+def pending_table(pending: dict[bytes, Pending], array_id: int = 0) -> pa.Table:
+    """Rows of pending refs, each of ``array_id``."""
+    ids = np.full(len(pending), array_id, np.uint64)
+    return refs_table(list(pending), list(pending.values()), ids)
 
 
 def refs_table(coords: list[bytes], refs: list[Pending], array_ids: np.ndarray) -> pa.Table:
