@@ -97,12 +97,7 @@ class CoordRefs:
             return cls(alone, ndim, layer._coords, layer._ascending)
         spliced = None if unordered else splice([layer.table for layer in layers], ndim)
         if spliced is not None:
-            base = next(layer for layer in layers if layer.num_rows)
-            coords = None
-            if base.decoded:
-                changed = coords_view(spliced.changes.column("coord"), ndim)
-                coords = spliced.values(base.coords, changed)
-            return cls(spliced.table(), ndim, coords)
+            return cls(spliced.table(), ndim, spliced.coords(ndim))
         combined, rows = merge_order([layer.table for layer in layers], ndim, unordered=unordered)
         coords = None
         if layers and _all_decoded(layers):

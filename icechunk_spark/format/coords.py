@@ -65,9 +65,17 @@ def coords_view(encoded: pa.Array | pa.ChunkedArray, ndim: int) -> np.ndarray:
     leave uint32. A column of several chunks is combined first (that copy is the view's)."""
     if ndim == 0:
         return np.zeros((len(encoded), 0), dtype=_BE_U32)
-    view = coord_keys(encoded, ndim).view(np.uint8).view(_BE_U32).reshape(-1, ndim)
+    view = keys_as_coords(coord_keys(encoded, ndim), ndim)
     view.flags.writeable = False  # the column's bytes: Arrow arrays are immutable
     return view
+
+
+def keys_as_coords(keys: np.ndarray, ndim: int) -> np.ndarray:
+    """``coord_keys`` output (of ``ndim``-wide coords) as ``coords_view`` gives them: an
+    ``(n, ndim)`` big-endian uint32 array viewing the keys' bytes."""
+    if ndim == 0:
+        return np.zeros((len(keys), 0), dtype=_BE_U32)
+    return keys.view(np.uint8).view(_BE_U32).reshape(-1, ndim)
 
 
 def key_coord(keys: np.ndarray, i: int, ndim: int) -> tuple[int, ...]:

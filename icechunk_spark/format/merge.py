@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import RepeatedCoordError
-from .coords import coord_keys, key_coord
+from .coords import coord_keys, key_coord, keys_as_coords
 from .locations import concat_refs
 from .manifest import conform_layers, conform_refs, empty_refs, has_tombstones, is_tombstone
 
@@ -153,6 +153,8 @@ class Splice:
     base: pa.Table
     changes: pa.Table
     runs: tuple[tuple[bool, int, int], ...]
+    base_keys: np.ndarray  # coord_keys of base and of changes, found while splicing
+    change_keys: np.ndarray
 
     def table(self) -> pa.Table:
         """The merged rows; those of ``base`` are slices of it, not copies. Empty slices of
@@ -167,6 +169,14 @@ class Splice:
         parts = [of_base[:0]]
         parts += [(of_changes if new else of_base)[a : a + n] for new, a, n in self.runs]
         return np.concatenate(parts)
+
+    def coords(self, ndim: int) -> np.ndarray:
+        """The merged rows' coords (``coords_view``'s kind), from the keys the splice found:
+        not decoded again from the merged table's coord column, whose chunks (one per
+        slice) a decode would first combine."""
+        coords = keys_as_coords(self.values(self.base_keys, self.change_keys), ndim)
+        coords.flags.writeable = False  # as coords_view's: shared, never changed
+        return coords
 
 
 def splice(layers: Sequence[pa.Table], ndim: int, drop_tombstones: bool = True) -> Splice | None:
@@ -205,4 +215,4 @@ def splice(layers: Sequence[pa.Table], ndim: int, drop_tombstones: bool = True) 
     if start < rows:
         runs.append((False, start, rows - start))
     base, changes = conform_layers([base, changes])
-    return Splice(base, changes, tuple(runs))
+    return Splice(base, changes, tuple(runs), base_keys, change_keys)
