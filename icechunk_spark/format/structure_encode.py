@@ -144,13 +144,14 @@ def _assemble_table(
         fresh = pa.Table.from_pylist(rows, schema=_ROW_SCHEMA)
         return pa.Table.from_arrays([*fresh.columns, fresh_manifests], schema=STRUCTURE_SCHEMA)
     old = previous.structure.columns
-    row_runs = _runs(picks)
     if rows:
         fresh = pa.Table.from_pylist(rows, schema=_ROW_SCHEMA)
+        row_runs = _runs(picks)
         columns = [_assemble(o, f, row_runs) for o, f in zip(old[:-1], fresh.columns, strict=True)]
-    elif row_runs == [(True, 0, previous.structure.num_rows)]:
+    elif picks == list(range(previous.structure.num_rows)):
         columns = old[:-1]  # every node's row as it was (a commit that changed only chunks)
     else:
+        row_runs = _runs(picks)
         columns = [_assemble(o, o, row_runs) for o in old[:-1]]  # no fresh row is picked
     columns.append(_assemble(old[-1], fresh_manifests, _runs(manifest_picks)))
     return pa.Table.from_arrays(columns, schema=STRUCTURE_SCHEMA)
