@@ -50,6 +50,11 @@ STAT_SCHEMA = pa.schema(STAT_FIELDS)
 ROW_GROUP_SIZE = 16 * 1024
 # Declared in the footer (Parquet sorting_columns), so any Parquet reader knows the order.
 SORTING_COLUMNS = (pq.SortingColumn(0), pq.SortingColumn(1))
+# The columns whose Parquet statistics a reader may prune row groups by: a point lookup and
+# a scan by array_id and coord, the chunks table's filters by the numeric ones (``StatBound``).
+# Those of the location columns (inline bytes, chunk ids, URLs, checksums) nothing reads, and
+# they were 40 % of a small commit's manifest (4.7 -> 2.9 KB for 507 inline refs).
+_PRUNED_BY = ("array_id", "coord", "offset", "length", *(f.name for f in STAT_FIELDS))
 
 
 def empty_refs() -> pa.Table:
@@ -201,6 +206,7 @@ def encode_manifest_rows(rows: pa.Table) -> bytes:
         rows,
         row_group_size=ROW_GROUP_SIZE,
         sorting_columns=SORTING_COLUMNS,
+        write_statistics=[name for name in rows.column_names if name in _PRUNED_BY],
         use_dictionary=["array_id", "chunk_id", "virtual_path", "checksum"],
         column_encoding={
             "coord": "DELTA_BYTE_ARRAY",

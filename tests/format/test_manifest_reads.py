@@ -81,6 +81,23 @@ def test_new_manifests_are_sorted_row_groups_of_16_ki_rows_with_sort_order_decla
     assert meta.row_group(0).sorting_columns == (pq.SortingColumn(0), pq.SortingColumn(1))
 
 
+def test_statistics_are_written_for_the_columns_readers_prune_by_only() -> None:
+    refs = refs_of(1, 30).append_column("stat_min", pa.array(np.arange(30.0)))
+    meta = pq.ParquetFile(pa.BufferReader(encode_manifest(refs))).metadata
+    group = meta.row_group(0)
+    with_statistics = {
+        group.column(i).path_in_schema
+        for i in range(group.num_columns)
+        if group.column(i).is_stats_set
+    }
+    # The lookup's and the scan's (array_id, coord) and the numeric ones filters may prune
+    # by; none of the location columns (here the URLs, and the absent inline bytes, chunk
+    # ids and checksums).
+    assert with_statistics == {"array_id", "coord", "offset", "length", "stat_min"}
+    file = ManifestFile(encode_manifest(refs), "m/X")
+    assert file.bounds("stat_min")[0].max == 29.0
+
+
 def test_inline_lengths_are_recorded_and_filled_in_for_old_manifests() -> None:
     refs = conform_refs(
         pa.table(
