@@ -4,8 +4,9 @@ Writes go to a temporary file in the same folder, are fsync'ed, and are publishe
 ``os.replace`` for plain puts, ``os.link`` for put-if-absent (link fails if the name exists, so
 exactly one writer wins and no reader ever sees a half-written file). A put-if-absent may be
 prepared: its temporary file written and synced ahead, the link left for later. The
-temporary file of a put is made ahead when it can be: a spare, created behind the last commit
-(``spares``), so that the writes a commit waits for allocate no inode.
+temporary file of a put, or of a prepared put-if-absent, is made ahead when it can be: a
+spare, created behind the last commit (``spares``), so that the writes a commit waits for
+allocate no inode.
 
 Durability: a name is an entry in its folder, and a folder is an entry in its parent; fsync of
 a file makes its bytes durable, not its name. So after publishing, the folder is fsync'ed too,
@@ -121,10 +122,10 @@ class LocalStorage(Storage):
         return create_temp(tmp), tmp
 
     def put(self, key: str, data: bytes) -> None:
-        # A spare only here: put writes the objects a commit waits for. A state file is
-        # prepared beside them (prepare_put_if_absent), and the hint is written behind it.
-        # Not for no bytes: a write of none leaves a file's time as it was, and the object
-        # would carry its spare's, maybe older than a GC's cut-off that must spare it.
+        # A spare here and for a prepared state file (prepare_put_if_absent): the writes a
+        # commit waits for. The hint is written behind it. Not for no bytes: a write of none
+        # leaves a file's time as it was, and the object would carry its spare's, maybe
+        # older than a GC's cut-off that must spare it.
         path = self._path(key)
         try:
             try:
@@ -147,9 +148,14 @@ class LocalStorage(Storage):
 
     def prepare_put_if_absent(self, key: str, data: bytes) -> None:
         """Write and fsync the temporary file now; ``put_if_absent`` then only links it (a
-        commit's state file: synced beside the build's last objects, not after them)."""
+        commit's state file: synced beside the build's last objects, not after them). The
+        file is the folder's spare when it has one: the calling thread prepares it while the
+        objects are encoded and written, and an inode's allocation takes CPU from them."""
         try:
-            tmp = self._write_temp(key, data)
+            try:
+                tmp = self._write_temp(key, data, spare=True)
+            except FileNotFoundError:  # GC swept the spare: once more, in a new file
+                tmp = self._write_temp(key, data)
         except OSError:
             return  # a head start only: put_if_absent writes it, and reports what fails
         self._prepared[(key, id(data))] = (data, tmp)

@@ -72,15 +72,43 @@ def test_a_spare_swept_before_its_rename_is_written_again(tmp_path: Path) -> Non
     assert _temporary_files(storage) == []
 
 
-def test_only_puts_take_spares(storage: LocalStorage) -> None:
-    # A state file is prepared beside a commit's objects and the hint follows the commit:
-    # neither is waited for, so neither asks for a spare.
+def test_the_hint_and_an_unprepared_create_take_no_spare(storage: LocalStorage) -> None:
+    # The hint follows the commit, and a create not prepared ahead is a retry's or
+    # maintenance's: no commit waits for a file of theirs made ahead.
     storage.put_best_effort("hint", b"x")
     assert storage.put_if_absent("t/00000000000000000001", b"x")
-    storage.prepare_put_if_absent("t/00000000000000000002", b"y")
     storage.ready_for_writes()
-    [(_, prepared)] = storage._prepared.values()
-    assert _temporary_files(storage) == [os.path.relpath(prepared, storage.root)]
+    assert _temporary_files(storage) == []
+
+
+def test_a_prepared_state_file_takes_the_spare(storage: LocalStorage) -> None:
+    """A commit's state file is prepared beside its objects, on the calling thread: its
+    create costs that thread an inode as much as a put does (0.933 of the wall time, paired
+    after 30,000 deletions; 0.987 without them)."""
+    first, second = "t/00000000000000000001", "t/00000000000000000002"
+    storage.prepare_put_if_absent(first, data := b"first")
+    assert storage.put_if_absent(first, data)
+    storage.ready_for_writes()
+    [spare] = _temporary_files(storage)
+    assert spare.startswith("t/.tmp-")
+    inode = os.stat(storage.root / spare).st_ino
+    storage.prepare_put_if_absent(second, data := b"second")
+    assert storage.put_if_absent(second, data)
+    assert os.stat(storage.root / second).st_ino == inode, "the spare was not taken"
+    assert storage.get(second) == b"second"
+    assert _temporary_files(storage) == []
+
+
+def test_a_state_file_prepared_after_its_spare_was_swept(storage: LocalStorage) -> None:
+    storage.prepare_put_if_absent("t/00000000000000000001", data := b"first")
+    assert storage.put_if_absent("t/00000000000000000001", data)
+    storage.ready_for_writes()
+    storage.delete(_temporary_files(storage))  # another process's GC: an old temporary file
+    storage.prepare_put_if_absent("t/00000000000000000002", data := b"second")
+    assert storage._prepared, "no head start: the swept spare was not replaced"
+    assert storage.put_if_absent("t/00000000000000000002", data)
+    assert storage.get("t/00000000000000000002") == b"second"
+    assert _temporary_files(storage) == []
 
 
 def test_close_and_a_pickled_copy(storage: LocalStorage) -> None:
