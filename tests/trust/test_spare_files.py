@@ -52,17 +52,38 @@ def test_gc_between_two_commits_sweeps_the_spares(faulty, repo, backend):
     assert _everything_reads(backend, repo) == {(0,): b"zero", (1,): b"one"}
 
 
-def test_gc_sweeps_the_spares_while_a_commit_writes(faulty, repo, backend):
-    cutoff = cutoff_after_writes(backend)  # after the spares, before the commit's objects
+def _commit_held_while_gc_sweeps(faulty, repo, backend, hold, cutoff=None) -> None:
+    """A commit of chunk 1, held at ``hold`` (method, key prefix) while another process
+    collects garbage with ``cutoff`` (default: after everything written by then); it lands
+    and every listed snapshot reads."""
     session = repo.writable_session()
     session.set_chunk("/a", (1,), b"one")
     maintenance = _another_process(backend)
 
-    # Held where it writes its structure file, whose spare the sweep takes.
     def collect() -> None:
-        maintenance.garbage_collect(cutoff)
+        maintenance.garbage_collect(cutoff or cutoff_after_writes(backend))
 
-    outcome = run_held(faulty, "put", "s/", lambda: session.commit("during GC"), collect)
+    outcome = run_held(faulty, *hold, lambda: session.commit("during GC"), collect)
     assert isinstance(outcome, str), outcome
     assert Repository.open(faulty.inner).lookup_branch("main") == outcome
     assert _everything_reads(backend, repo) == {(0,): b"zero", (1,): b"one"}
+
+
+def test_gc_sweeps_the_spares_while_a_commit_writes(faulty, repo, backend):
+    # Held where it writes its structure file, whose spare the sweep takes; the cut-off is
+    # after the spares, before the commit's objects.
+    cutoff = cutoff_after_writes(backend)
+    _commit_held_while_gc_sweeps(faulty, repo, backend, ("put", "s/"), cutoff)
+
+
+def test_gc_sweeps_the_state_files_spare_before_the_commit_prepares_it(faulty, repo, backend):
+    # Held where it prepares its state file in the spare of t/, which the sweep takes.
+    cutoff = cutoff_after_writes(backend)
+    _commit_held_while_gc_sweeps(faulty, repo, backend, ("prepare_put_if_absent", "t/"), cutoff)
+
+
+def test_gc_sweeps_the_prepared_state_file_before_its_link(faulty, repo, backend):
+    # Held at the compare-and-swap, its state file prepared (on local disk: written into a
+    # spare made long before); GC's cut-off is after that write, so the sweep takes it (the
+    # link fails, and the read-back settles it), and GC's fence takes the very generation.
+    _commit_held_while_gc_sweeps(faulty, repo, backend, ("put_if_absent", "t/"))
