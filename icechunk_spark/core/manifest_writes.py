@@ -187,15 +187,18 @@ class DeferredPuts:
                 return False
             self._budget -= rows.num_rows
         if rows.num_rows <= REMEMBERED_ROWS or keep():
-            self.remember(manifest_id, rows)
+            # The same file from the kept rows, contiguous: the encoder walks a chunk per
+            # carried slice otherwise (507 rows in 7 chunks: 279 against 250 us).
+            rows = self.remember(manifest_id, rows)
         self.put(key, lambda: encode_manifest_rows(rows))
         return True
 
-    def remember(self, manifest_id: str, rows: pa.Table) -> None:
-        """Keep ``rows`` (``manifest_rows`` output) as decoding reads them."""
+    def remember(self, manifest_id: str, rows: pa.Table) -> pa.Table:
+        """Keep ``rows`` (``manifest_rows`` output) as decoding reads them; returns them so."""
         decoded = rows_as_decoded(rows)
         with self._lock:
             self.tables[manifest_id] = decoded
+        return decoded
 
     def put(self, key: str, encode: Callable[[], bytes]) -> None:
         """Hold ``key``, to be written with the bytes ``encode`` makes."""
