@@ -78,7 +78,7 @@ from ..format.parquet import read_parquet_bytes
 from ..format.state import GCFence, SnapshotInfo, State
 from ..format.structure_decode import StructureRow, decode_structure
 from ..progress import Progress, track
-from ..storage import ObjectInfo, Storage
+from ..storage import TEMP_PREFIX, ObjectInfo, Storage
 from .history import utc_ms
 
 if TYPE_CHECKING:
@@ -96,7 +96,6 @@ _KINDS = {
     STATE_PREFIX: "state_files_deleted",
     STAGING_PREFIX: "staging_files_deleted",
 }
-_TEMP_PREFIX = ".tmp-"
 _DELETE_BATCH = 1000  # S3 DeleteObjects' limit; also the step of the progress report
 
 
@@ -328,7 +327,7 @@ def _is_garbage(
     if info.modified_ms <= 0 or latest_possible_ms >= cutoff_ms:
         return False  # fresh (or of unknown age): maybe a session's that has not committed yet
     name = info.key.rsplit("/", 1)[-1]
-    if name.startswith(_TEMP_PREFIX):
+    if name.startswith(TEMP_PREFIX):
         return True
     if info.key.startswith(STATE_PREFIX):
         return name.isdigit() and int(name) < keep_states_from
@@ -342,7 +341,7 @@ def _summarize(garbage: Iterable[ObjectInfo]) -> GCSummary:
     temporary = size = 0
     for info in garbage:
         size += info.size
-        if info.key.rsplit("/", 1)[-1].startswith(_TEMP_PREFIX):
+        if info.key.rsplit("/", 1)[-1].startswith(TEMP_PREFIX):
             temporary += 1
         else:
             counts[_KINDS[info.key[: info.key.index("/") + 1]]] += 1

@@ -17,6 +17,7 @@ from .http import HTTPStorage
 from .local import LocalStorage
 from .memory import MemoryStorage
 from .s3 import S3Storage
+from .spares import TEMP_PREFIX
 
 if TYPE_CHECKING:
     from .azure import AzureStorage
@@ -145,6 +146,7 @@ def _json_object(key: str, value: str) -> dict[str, Any]:
 
 
 __all__ = [
+    "TEMP_PREFIX",
     "AzureStorage",
     "GCSStorage",
     "HTTPStorage",
