@@ -10,9 +10,10 @@ its state file, each creating a file; after 30,000 deletions beside the reposito
 ``bench/pair_small_commits.py df3622d 99a4b0e --churn 30000``); a spare for the state file
 too took 0.933 of the time after the deletions, 0.987 without.
 
-So a local storage keeps one empty temporary file ready in each folder it puts objects in:
-behind a commit (``Storage.ready_for_writes``, on the I/O threads after the hint) it creates
-what that commit's puts took, and the next puts there take it instead of creating one.
+So a local storage keeps one empty temporary file ready in each folder where a commit puts
+objects or prepares its state file: behind a commit (``Storage.ready_for_writes``, on the
+I/O threads after the hint) it creates what that commit's writes took, and the next such
+writes there take it instead of creating one.
 
 A spare is a temporary file (``.tmp-``), never listed as an object. The storage holding it
 leaves it out of its ``list_temporary`` (it is no leftover of an interrupted write, and GC
