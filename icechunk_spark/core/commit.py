@@ -173,12 +173,12 @@ class Commit:
             landed = self._once.landed(state) if self._once else None
             if landed is not None:
                 raise AlreadyCommittedError(landed, self._branch)
-            if not AssertNoGCSince(max(self.fresh_since, self._fences_checked)).holds(state):
+            if self._fenced_since_ours(state):
                 self._protect_from_gc(state)
                 rebases += 1
                 built = self._build()
                 continue
-            if not AssertRefSnapshotId(self._branch, self.base.snapshot_id).holds(state):
+            if self._branch_moved(state):
                 if self._options.amend:
                     check_amendable(state, self._branch, self.base.snapshot_id)  # raises
                 if not turns.queued:  # lost a round: queue, and rebase once it is our turn
@@ -264,13 +264,19 @@ class Commit:
             self._prepared.prepare(state, snapshot_id, proposed)
 
     def _publishable_as_is(self, state: State) -> bool:
-        """Whether ``_land`` would publish on ``state`` without rebasing or refusing."""
+        """Whether ``_land`` would publish on ``state`` as it is (its checks, by the same calls)."""
         return (
             state.status.writable
             and (self._once is None or self._once.landed(state) is None)
-            and AssertNoGCSince(max(self.fresh_since, self._fences_checked)).holds(state)
-            and AssertRefSnapshotId(self._branch, self.base.snapshot_id).holds(state)
+            and not self._fenced_since_ours(state)
+            and not self._branch_moved(state)
         )
+
+    def _fenced_since_ours(self, state: State) -> bool:  # GC fenced after our oldest object
+        return not AssertNoGCSince(max(self.fresh_since, self._fences_checked)).holds(state)
+
+    def _branch_moved(self, state: State) -> bool:  # the branch left this commit's base
+        return not AssertRefSnapshotId(self._branch, self.base.snapshot_id).holds(state)
 
     def _stale_if_collected(self, missing: NotFoundError) -> None:
         """An object this commit reads (a staged ref file, a chunk file) is gone: when a GC
@@ -325,7 +331,7 @@ class Commit:
         the commits landed since remain to check (a writer queued behind thirty others would
         otherwise read thirty transaction logs while every other writer waits)."""
         state = read_latest_state(self._handle.storage)
-        if not AssertRefSnapshotId(self._branch, self.base.snapshot_id).holds(state):
+        if self._branch_moved(state):
             self._rebase(state, self._options.policy)
 
     def _rebase(self, state: State, policy: ConflictPolicy) -> None:
