@@ -95,8 +95,10 @@ class LocalStorage(Storage):
 
     def _write_temp(self, key: str, data: bytes, durable: bool = True, spare: bool = False) -> str:
         """A temporary file in ``key``'s folder holding ``data``: with ``spare``, the folder's
-        spare if it has one (``spares``), else a new one."""
-        fd, tmp = self._open_temp(os.path.dirname(self._path(key)), spare)
+        spare if it has one (``spares``), else a new one. Never a spare for no bytes: a write
+        of none leaves a file's time as it was, and the object would carry its spare's, maybe
+        older than a GC's cut-off that must spare it."""
+        fd, tmp = self._open_temp(os.path.dirname(self._path(key)), spare and bool(data))
         try:
             view = memoryview(data)
             while view:
@@ -123,13 +125,11 @@ class LocalStorage(Storage):
 
     def put(self, key: str, data: bytes) -> None:
         # A spare here and for a prepared state file (prepare_put_if_absent): the writes a
-        # commit waits for. The hint is written behind it. Not for no bytes: a write of none
-        # leaves a file's time as it was, and the object would carry its spare's, maybe
-        # older than a GC's cut-off that must spare it.
+        # commit waits for. The hint is written behind it.
         path = self._path(key)
         try:
             try:
-                os.replace(self._write_temp(key, data, spare=bool(data)), path)
+                os.replace(self._write_temp(key, data, spare=True), path)
             except FileNotFoundError:
                 # GC swept the spare before or during its write: once more, in a new file.
                 os.replace(self._write_temp(key, data), path)

@@ -168,6 +168,20 @@ def test_a_repository_closes_only_the_storage_it_opened(tmp_path: Path, opened_f
         assert _temporary_files(storage) == []
 
 
+def _spare_made_an_hour_ago(storage: LocalStorage) -> float:
+    """Make the spare behind the last write an hour old; returns the time after that."""
+    storage.ready_for_writes()
+    [spare] = _temporary_files(storage)
+    an_hour_ago = time.time() - 3600
+    os.utime(storage.root / spare, (an_hour_ago, an_hour_ago))
+    return time.time()
+
+
+def _written_since(storage: LocalStorage, key: str, since: float) -> bool:
+    [info] = storage.list(key)
+    return info.modified_ms + storage.mtime_resolution_ms >= since * 1000
+
+
 @pytest.mark.parametrize("data", [b"", b"bytes"], ids=["empty", "bytes"])
 def test_an_object_put_through_a_spare_is_as_young_as_its_put(
     storage: LocalStorage, data: bytes
@@ -175,12 +189,21 @@ def test_an_object_put_through_a_spare_is_as_young_as_its_put(
     # GC takes an unreferenced object older than its cut-off: an object must carry the time
     # of its put, not of the spare made long before (an empty one writes no byte).
     storage.put("c/first", b"x")
-    storage.ready_for_writes()
-    [spare] = _temporary_files(storage)
-    an_hour_ago = time.time() - 3600
-    os.utime(storage.root / spare, (an_hour_ago, an_hour_ago))
-    before = time.time()
+    before = _spare_made_an_hour_ago(storage)
     storage.put("c/new", data)
     assert storage.get("c/new") == data
-    [info] = storage.list("c/new")
-    assert info.modified_ms + storage.mtime_resolution_ms >= before * 1000, "an old time"
+    assert _written_since(storage, "c/new", before), "an old time"
+
+
+@pytest.mark.parametrize("data", [b"", b"bytes"], ids=["empty", "bytes"])
+def test_a_prepared_create_through_a_spare_is_as_young_as_its_write(
+    storage: LocalStorage, data: bytes
+) -> None:
+    # The same rule as for a put: prepare_put_if_absent takes spares too (a commit's state
+    # file), and no bytes written would leave the new file the spare's old time.
+    storage.prepare_put_if_absent("t/00000000000000000001", b"first")
+    assert storage.put_if_absent("t/00000000000000000001", b"first")
+    before = _spare_made_an_hour_ago(storage)
+    storage.prepare_put_if_absent("t/00000000000000000002", data)
+    assert storage.put_if_absent("t/00000000000000000002", data)
+    assert _written_since(storage, "t/00000000000000000002", before), "an old time"
