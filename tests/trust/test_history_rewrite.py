@@ -183,6 +183,54 @@ def test_an_amended_once_commit_still_lands_once(mem):
         write(repo, {0: 1}, "batch 7 replayed", once={"stream": "q", "batch": 7})
 
 
+def test_expiry_between_the_amend_steps_hangs_it_where_expiry_left_the_tip(repo, faulty):
+    write(repo, {0: 1}, "one")
+    tip = write(repo, {1: 2}, "two")
+    session = repo.writable_session("main")
+    session.set_chunk_values("/a", (2,), np.full(4, 3, dtype="int32"))
+    other = Repository.open(faulty.inner)
+    expired: set[str] = set()
+    amended = run_held(
+        faulty,
+        "put_if_absent",
+        "t/",
+        lambda: session.amend("two, amended"),
+        # Its state file takes the generation the amend wanted, re-linking the tip's parent.
+        lambda: expired.update(other.expire_snapshots(datetime.now(UTC))),
+    )
+    assert isinstance(amended, str), amended
+    state = repo.state()
+    assert expired and tip not in expired and tip not in state.snapshots
+    info = state.snapshots[amended]
+    # Hung from the tip's parent as expiry left it, and marked as re-linked as the tip was.
+    assert info.parent_relinked
+    assert info.parent_id not in expired
+    assert contents(repo, amended) == {0: 1, 1: 2, 2: 3}
+    every_listed_snapshot_reads(repo)
+
+
+def test_gc_between_the_amend_steps_cannot_take_what_it_publishes(repo, faulty, backend):
+    write(repo, {0: 1}, "one")
+    session = repo.writable_session("main")
+    session.create_group("/g")  # no chunk file, which GC would take from the session first
+    other = Repository.open(faulty.inner)
+    amended = run_held(
+        faulty,
+        "put_if_absent",
+        "t/",
+        lambda: session.amend("one, amended"),
+        # Its fence takes the generation the amend wanted; it deletes the amend's first build.
+        lambda: other.garbage_collect(cutoff_after_writes(backend)),
+    )
+    assert isinstance(amended, str), amended
+    assert repo.storage.exists(txlog_key(amended))
+    other.garbage_collect(cutoff_after_writes(backend))
+    every_listed_snapshot_reads(repo)
+    assert contents(repo, amended) == {0: 1}
+    assert repo.readonly_session(snapshot_id=amended).find_node("/g") is not None
+    assert messages(repo) == ["one, amended", "array", "Repository initialized"]
+
+
 # -- squash ----------------------------------------------------------------------------------
 def leak(repo: Repository) -> tuple[Repository, list[str]]:
     """main: array, secret written (A), secret overwritten (B), more (C)."""
