@@ -290,3 +290,22 @@ def test_a_squashed_range_reads_as_one_snapshot_of_all_its_changes(repo: Reposit
     state = repo.state()
     with pytest.raises(HistoryRewrittenError):
         feed.steps_after(state, feed.Position(a, 2), state.branch("main").snapshot_id, "main")
+
+
+def test_an_amended_tip_reads_as_one_snapshot_of_its_changes_and_the_amends(
+    repo: Repository,
+) -> None:
+    """The amended snapshot's log is the replaced tip's merged with the amend's, so the feed
+    loses neither; a feed that had read the replaced tip is told its history was rewritten."""
+    session = repo.writable_session("main")
+    session.set_chunk("/a", (0, 0), b"\x01" * 4)
+    tip = session.commit("A")
+    session = repo.writable_session("main")
+    session.set_chunk("/a", (1, 1), b"\x02" * 4)
+    amended = session.amend("A, amended")
+    after = changes(repo)
+    assert short(after)[2:] == [(2, "set", "/a", [0, 0]), (2, "set", "/a", [1, 1])]
+    assert {r["snapshot"] for r in after[2:]} == {amended}
+    state = repo.state()
+    with pytest.raises(HistoryRewrittenError, match="no longer in the history"):
+        feed.steps_after(state, feed.Position(tip, 2), amended, "main")
