@@ -20,6 +20,9 @@ Variants (side B):
 - ``busy-start`` / ``busy-end``: 0.5 ms more of the calling thread's CPU at the start of the
   build, or beside its last writes (while reading the state to swap): whether that thread's
   work is what the commit waits for.
+- ``spin-wait``: the calling thread polls for the build's last writes (``time.sleep(0)``
+  between looks) instead of sleeping on them: whether waking an idle virtual CPU (this VM
+  halts one at once: ``haltpoll.guest_halt_poll_ns=0``) is what a commit waits for.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from bench.common import patched, print_table
 from bench.pair_small_commits import WARM_UP, alternate, copy_repository, wall_ratio
 from icechunk_spark import Repository
 from icechunk_spark.core import commit as commit_module
-from icechunk_spark.core import flush
+from icechunk_spark.core import flush, manifest_writes
 from icechunk_spark.storage import local
 
 BUSY_S = 0.0005
@@ -96,12 +99,26 @@ def _busy_end() -> Any:
     return patched(commit_module.Commit, "_read_state", read_state)
 
 
+def _spin_wait() -> Any:
+    def wait(self: manifest_writes.DeferredPuts) -> None:
+        self.start()
+        with self._lock:
+            writes = list(self._writes)
+        while not all(write.done() for write in writes):
+            time.sleep(0)  # lets the writers take the interpreter's lock, and keeps the CPU
+        for write in writes:
+            write.result()
+
+    return patched(manifest_writes.DeferredPuts, "wait", wait)
+
+
 VARIANTS: dict[str, Callable[[], Any]] = {
     "none": lambda: patched(commit_module, "MAX_REBASES", commit_module.MAX_REBASES),
     "data-unsynced": _data_unsynced,
     "state-unsynced": _state_unsynced,
     "busy-start": _busy_start,
     "busy-end": _busy_end,
+    "spin-wait": _spin_wait,
 }
 
 
