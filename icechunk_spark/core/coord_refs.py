@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..format.coords import coords_extent, coords_view
-from ..format.locations import same_location_types
+from ..format.locations import concat_refs
 from ..format.merge import all_rows, merge_order, sorted_alone, splice, take_rows
 
 
@@ -78,8 +78,7 @@ class CoordRefs:
     def concat(cls, parts: Sequence[CoordRefs], ndim: int) -> CoordRefs:
         """The rows of (at least one) parts end to end, their coords too where all have them."""
         coords = np.concatenate([p.coords for p in parts]) if _all_decoded(parts) else None
-        tables = same_location_types([p.table for p in parts])
-        return cls(pa.concat_tables(tables), ndim, coords)
+        return cls(concat_refs([p.table for p in parts]), ndim, coords)
 
     @classmethod
     def merge(

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from ..chunks.stats import StatsLog
 from ..errors import ForkConflictError, ForkError, InvalidInputError
 from ..format.coords import coord_keys, decode_coord, decode_coords
-from ..format.locations import concat_refs, same_location_types
+from ..format.locations import concat_refs
 from ..format.structure import Node
 from . import overlay
 from .changes import ChangeSet
@@ -199,5 +199,5 @@ def _apply(
                     layers.setdefault(node_id, []).extend(written.layers(node_id))
         stats.extend(fork._stats)
     for node_id, tables in layers.items():
-        combined = concat_refs(same_location_types(tables))
+        combined = concat_refs(tables)
         changes.array_changes(nodes[node_id]).add_table(combined)

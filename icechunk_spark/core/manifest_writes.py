@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from ..format.ids import new_object_id
 from ..format.keys import manifest_key
-from ..format.locations import concat_refs, same_location_types
+from ..format.locations import concat_refs
 from ..format.manifest import (
     array_row_spans,
     conform_refs,
@@ -113,7 +113,7 @@ def write_packed_manifests(
             out.append((node_id, ref))
         tables = parts.tables()
         if tables:
-            table = concat_refs(same_location_types(tables))
+            table = concat_refs(tables)
             rows = manifest_rows(table, presorted=True)
             key = manifest_key(manifest_id)
 

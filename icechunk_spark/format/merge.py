@@ -102,7 +102,7 @@ def merge_order(
         single = conform_refs(layers[0])
         keep = not (drop_tombstones and is_tombstone(single)[0].as_py())
         return single, np.zeros(1 if keep else 0, dtype=np.int64)
-    combined = concat_refs(conform_layers(layers))
+    combined = concat_refs([conform_refs(t) for t in layers])
     combined = combined.combine_chunks()
     keys = coord_keys(combined.column("coord"), ndim)
     order = np.argsort(keys, kind="stable")

@@ -40,10 +40,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from ..errors import InvalidInputError
-from ..format.locations import same_location_types
+from ..format.locations import concat_refs
 from .combine_checks import (
     LABELS,
     check_compatible,
@@ -211,5 +210,5 @@ def _concat_virtual(parts: Sequence[FilePart], first: ArrayRefs, axis: int) -> A
         start += part.length
     doc = {**first.doc, "shape": concat_shape(parts, first, axis)}
     # Parsed by VirtualiZarr (dictionary-encoded URLs) or from kerchunk (plain): one type.
-    table = pa.concat_tables(same_location_types(tables))
+    table = concat_refs(tables)
     return ArrayRefs(first.path, doc, np.concatenate(coords), table)

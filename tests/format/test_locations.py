@@ -116,9 +116,13 @@ def test_concat_refs_promotes_only_tables_whose_schemas_differ() -> None:
     mixed = concat_refs([untyped, plain.slice(2, 2)])
     assert mixed.column("checksum").type == pa.string()
     assert mixed.num_rows == 4
-    # Dictionary against plain is same_location_types' work, before the concatenation.
-    both = concat_refs(same_location_types([plain.slice(0, 2), encoded]))
-    assert both.column("virtual_path").to_pylist()[:2] == plain["virtual_path"].to_pylist()[:2]
+    # Dictionary against plain: the plain one is encoded first (same_location_types), and
+    # the column stays a dictionary.
+    both = concat_refs([plain.slice(0, 2), encoded])
+    assert pa.types.is_dictionary(both.column("virtual_path").type)
+    assert both.column("virtual_path").to_pylist() == (
+        plain["virtual_path"].to_pylist()[:2] + plain["virtual_path"].to_pylist()[10:15]
+    )
 
 
 def test_a_sorted_layer_merges_without_a_copy_of_its_rows() -> None:
