@@ -29,7 +29,7 @@ from .refs import (
     read_latest_state,
     update_state,
 )
-from .requirements import AssertNotCommitted, landed_once
+from .requirements import AssertNoGCSince, AssertNotCommitted, landed_once
 from .rewrite import check_unheld, merged_txlog, replacement, rewritten, run_below
 from .session import Session
 from .snapshot import ManifestInfo, SnapshotView, manifest_infos
@@ -40,6 +40,7 @@ from .virtual_reads import CoalesceSettings, VirtualReader, VirtualRequest, file
 __all__ = [
     "DEFAULT_BRANCH",
     "STAGED_SCHEMA",
+    "AssertNoGCSince",
     "AssertNotCommitted",
     "Authorization",
     "BaseSession",

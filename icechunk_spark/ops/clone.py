@@ -9,7 +9,14 @@ The order makes it safe to kill and to run again (icechunk#1034):
    and size is already copied (objects are immutable, their ids random), so a rerun copies only
    the rest. Copies run in parallel.
 3. Verify: list the destination again; every object must be there with the source's size.
-4. Only then write the state file (its generation as in the source) and the hint. Until this
+4. Read the source's state again. If garbage collection fenced the source after the state
+   copied (``AssertNoGCSince``), it may have deleted objects that state names (snapshots an
+   expiry had removed since) before step 2 listed them, and the copy would name objects it
+   never had: copy the newer state instead, from step 2 (what is copied stays). The same when
+   an object listed is gone by the time it is copied. A collection fenced at or before the
+   state copied deletes nothing it names: what commits wrote after its fence is younger than
+   the fence.
+5. Only then write the state file (its generation as in the source) and the hint. Until this
    last step the destination is not a repository (``Repository.open`` says so), so a killed
    clone is never mistaken for a finished one.
 """
@@ -20,8 +27,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from ..core import read_latest_state
-from ..errors import AlreadyExistsError, FormatError
+from ..core import AssertNoGCSince, read_latest_state
+from ..errors import AlreadyExistsError, FormatError, NotFoundError, RetriesExhaustedError
 from ..format.keys import (
     ATTRIBUTES_PREFIX,
     CHUNKS_PREFIX,
@@ -46,6 +53,8 @@ COPIED_PREFIXES = (
 )
 DEFAULT_WORKERS = 16
 BATCH = 32  # objects a copier's task copies one after another
+# Copies of a newer state after a garbage collection on the source, before giving up.
+MAX_ROUNDS = 5
 # Copies batches of objects, yielding each batch's size as it is done (for progress).
 Copier = Callable[[Sequence[Sequence[ObjectInfo]]], Iterable[int]]
 
@@ -76,9 +85,11 @@ def clone(
     this process copies them with ``workers`` threads.
 
     Raises:
-        NotFoundError: no repository at ``source``.
+        NotFoundError: no repository at ``source``, or an object listed there was deleted
+            before its copy by other than a garbage collection.
         AlreadyExistsError: ``destination`` holds a repository already.
         FormatError: an object did not arrive whole (its size differs from the source's).
+        RetriesExhaustedError: garbage collection ran on the source ``MAX_ROUNDS`` times.
     """
     state = read_latest_state(source)
     if list(destination.list(STATE_PREFIX)):
@@ -86,24 +97,58 @@ def clone(
             f"a repository exists at {destination.url} already: clone into an empty location "
             "(a killed clone leaves no state file there, so running it again resumes)"
         )
+    copy = copier or _threads(source, destination, workers)
+    before = _sizes(destination)  # what an earlier, killed run copied
+    for _ in range(MAX_ROUNDS):
+        try:
+            wanted = copy_listed(source, destination, copy, progress)
+        except NotFoundError:  # listed, then deleted before its copy
+            latest = read_latest_state(source)
+            if AssertNoGCSince(state.generation).holds(latest):
+                raise  # not by a collection since the state copied: say so
+            state = latest
+            continue
+        latest = read_latest_state(source)
+        if AssertNoGCSince(state.generation).holds(latest):
+            break
+        state = latest  # collected since: copy the newer state (step 4 of the docstring)
+    else:
+        raise RetriesExhaustedError(
+            f"garbage collection ran on {source.url} {MAX_ROUNDS} times while it was cloned; "
+            "nothing was published at the destination: run the clone again when collections "
+            "are rarer (what is copied stays)"
+        )
+    data = encode_state(replace(state, store_root=destination.url))
+    destination.put(state_key(state.generation), data)  # the last step: now it is a repository
+    destination.put(HINT_KEY, data)
+    copied = [info for key, info in wanted.items() if before.get(key) != info.size]
+    return CloneSummary(
+        objects_copied=len(copied),
+        bytes_copied=sum(info.size for info in copied),
+        objects_already_there=len(wanted) - len(copied),
+        generation=state.generation,
+        snapshots=len(state.snapshots),
+    )
+
+
+def copy_listed(
+    source: Storage, destination: Storage, copy: Copier, progress: Progress | None
+) -> dict[str, ObjectInfo]:
+    """Copy every object listed at ``source`` that ``destination`` lacks, and verify all of
+    them there; returns them by key.
+
+    Raises:
+        NotFoundError: an object listed was deleted before its copy.
+        FormatError: an object did not arrive whole.
+    """
     wanted = {info.key: info for prefix in COPIED_PREFIXES for info in source.list(prefix)}
     there = _sizes(destination)
     todo = [info for key, info in sorted(wanted.items()) if there.get(key) != info.size]
     batches = [todo[i : i + BATCH] for i in range(0, len(todo), BATCH)]
-    done = (copier or _threads(source, destination, workers))(batches)
-    for _ in track(progress, "copying objects", done, len(todo), steps=lambda n: n):
+    for _ in track(progress, "copying objects", copy(batches), len(todo), steps=lambda n: n):
         pass
     verify(wanted.values(), destination)
-    data = encode_state(replace(state, store_root=destination.url))
-    destination.put(state_key(state.generation), data)  # the last step: now it is a repository
-    destination.put(HINT_KEY, data)
-    return CloneSummary(
-        objects_copied=len(todo),
-        bytes_copied=sum(i.size for i in todo),
-        objects_already_there=len(wanted) - len(todo),
-        generation=state.generation,
-        snapshots=len(state.snapshots),
-    )
+    return wanted
 
 
 def copy_objects(source: Storage, destination: Storage, batch: Sequence[ObjectInfo]) -> None:

@@ -142,7 +142,8 @@ class FaultyStorage(Storage):
         return bool(self._run("put_if_absent", key, lambda: self.inner.put_if_absent(key, data)))
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        return self.inner.list(prefix)
+        # Read whole inside the call, so a rule on "list" holds or fails the listing itself.
+        return iter(self._run("list", prefix, lambda: list(self.inner.list(prefix))))  # type: ignore[call-overload]
 
     def delete(self, keys: Iterable[str]) -> None:
         keys = list(keys)

@@ -1,0 +1,100 @@
+"""A clone copies one state of a repository (ops/clone.py) while expiry and GC may run on the
+source: what the clone publishes must name only objects it copied. A clone of a big repository
+takes hours, and maintenance runs on a schedule, so they meet."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from icechunk_spark import Repository, RetriesExhaustedError
+from icechunk_spark.format.keys import STRUCTURES_PREFIX
+from icechunk_spark.ops.clone import MAX_ROUNDS, CloneSummary, clone
+from icechunk_spark.storage import Storage, open_storage
+from tests.support.faults import FaultyStorage, Rule, run_held
+from tests.support.helpers import cutoff_after_writes, make_array
+from tests.trust.conftest import create
+
+
+def with_a_replaced_chunk(faulty: FaultyStorage) -> tuple[Repository, str]:
+    """main: a chunk file written (``first``), then replaced; only ``first`` names the old
+    one, so expiring ``first`` and collecting garbage deletes it."""
+    repo = create(faulty, config={"inline_chunk_threshold_bytes": 0})
+    session = repo.writable_session("main")
+    make_array(session, "/a", shape=(8,), chunks=(4,))
+    session.set_chunk_values("/a", (0,), np.full(4, 1, dtype="int32"))
+    session.set_chunk_values("/a", (1,), np.full(4, 3, dtype="int32"))
+    first = session.commit("first")
+    session = repo.writable_session("main")
+    session.set_chunk_values("/a", (0,), np.full(4, 2, dtype="int32"))
+    session.commit("second")
+    return repo, first
+
+
+def every_listed_snapshot_reads(storage: Storage) -> dict[str, list[int]]:
+    """Each listed snapshot's chunks of /a, read in full (a missing object raises)."""
+    repo = Repository.open(storage)
+    out = {}
+    for snapshot_id in repo.state().snapshots:
+        session = repo.readonly_session(snapshot_id=snapshot_id)
+        if session.find_node("/a") is not None:
+            chunks = [session.get_chunk("/a", (i,)) for i in range(2)]
+            out[snapshot_id] = [int(np.frombuffer(c, "int32")[0]) for c in chunks if c]
+    return out
+
+
+def test_expiry_and_gc_between_a_clones_state_read_and_its_listing(faulty, backend):
+    repo, first = with_a_replaced_chunk(faulty)
+    destination = open_storage(f"memory://clone-{uuid.uuid4().hex}")
+    other = Repository.open(faulty.inner)
+
+    def maintain() -> None:
+        assert first in other.expire_snapshots(datetime.now(UTC))
+        other.garbage_collect(cutoff_after_writes(backend))  # deletes what only `first` named
+
+    summary = run_held(
+        faulty, "list", STRUCTURES_PREFIX, lambda: clone(faulty, destination), maintain
+    )
+    assert isinstance(summary, CloneSummary), summary
+    copied = every_listed_snapshot_reads(destination)
+    assert first not in copied  # the clone is of the state after the maintenance
+    assert list(copied.values()) == [[2, 3]]
+    assert Repository.open(destination).state().generation == repo.state().generation
+
+
+def test_expiry_and_gc_between_a_clones_listing_and_its_copies(faulty, backend):
+    repo, first = with_a_replaced_chunk(faulty)
+    destination = open_storage(f"memory://clone-{uuid.uuid4().hex}")
+    other = Repository.open(faulty.inner)
+
+    def maintain() -> None:
+        assert first in other.expire_snapshots(datetime.now(UTC))
+        other.garbage_collect(cutoff_after_writes(backend))
+
+    # One copier, held at its first read: `first`'s files, listed, are deleted before their
+    # copies (its structure file and log come later in key order than any chunk).
+    summary = run_held(faulty, "get", "c/", lambda: clone(faulty, destination, workers=1), maintain)
+    assert isinstance(summary, CloneSummary), summary
+    copied = every_listed_snapshot_reads(destination)
+    assert first not in copied and list(copied.values()) == [[2, 3]]
+    assert summary.generation == repo.state().generation
+
+
+def test_a_clone_collected_under_it_every_round_gives_up_and_publishes_nothing():
+    # In memory: the bound is the clone's loop, which no backend changes.
+    faulty = FaultyStorage(open_storage(f"memory://source-{uuid.uuid4().hex}"))
+    with_a_replaced_chunk(faulty)
+    destination = open_storage(f"memory://clone-{uuid.uuid4().hex}")
+    other = Repository.open(faulty.inner)
+
+    def collect_first(listing):  # type: ignore[no-untyped-def]
+        other.garbage_collect(datetime.now(UTC))
+        return listing()
+
+    faulty._add(Rule("list", STRUCTURES_PREFIX, collect_first, times=MAX_ROUNDS))
+    with pytest.raises(RetriesExhaustedError, match="garbage collection ran"):
+        clone(faulty, destination)
+    assert not Repository.exists(destination)
