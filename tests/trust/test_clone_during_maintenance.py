@@ -46,7 +46,18 @@ def every_listed_snapshot_reads(storage: Storage) -> dict[str, list[int]]:
     return out
 
 
-def test_expiry_and_gc_between_a_clones_state_read_and_its_listing(faulty, backend):
+@pytest.mark.parametrize(
+    ("method", "prefix", "workers"),
+    [
+        # Between the state read and the listing: `first`'s files are never listed.
+        ("list", STRUCTURES_PREFIX, 4),
+        # Between the listing and the copies: one copier, held at its first read; `first`'s
+        # structure file and log, listed, come later in key order than any chunk.
+        ("get", "c/", 1),
+    ],
+    ids=["before-listing", "before-copies"],
+)
+def test_expiry_and_gc_during_a_clone(faulty, backend, method, prefix, workers):
     repo, first = with_a_replaced_chunk(faulty)
     destination = open_storage(f"memory://clone-{uuid.uuid4().hex}")
     other = Repository.open(faulty.inner)
@@ -56,31 +67,14 @@ def test_expiry_and_gc_between_a_clones_state_read_and_its_listing(faulty, backe
         other.garbage_collect(cutoff_after_writes(backend))  # deletes what only `first` named
 
     summary = run_held(
-        faulty, "list", STRUCTURES_PREFIX, lambda: clone(faulty, destination), maintain
+        faulty, method, prefix, lambda: clone(faulty, destination, workers=workers), maintain
     )
     assert isinstance(summary, CloneSummary), summary
     copied = every_listed_snapshot_reads(destination)
     assert first not in copied  # the clone is of the state after the maintenance
     assert list(copied.values()) == [[2, 3]]
-    assert Repository.open(destination).state().generation == repo.state().generation
-
-
-def test_expiry_and_gc_between_a_clones_listing_and_its_copies(faulty, backend):
-    repo, first = with_a_replaced_chunk(faulty)
-    destination = open_storage(f"memory://clone-{uuid.uuid4().hex}")
-    other = Repository.open(faulty.inner)
-
-    def maintain() -> None:
-        assert first in other.expire_snapshots(datetime.now(UTC))
-        other.garbage_collect(cutoff_after_writes(backend))
-
-    # One copier, held at its first read: `first`'s files, listed, are deleted before their
-    # copies (its structure file and log come later in key order than any chunk).
-    summary = run_held(faulty, "get", "c/", lambda: clone(faulty, destination, workers=1), maintain)
-    assert isinstance(summary, CloneSummary), summary
-    copied = every_listed_snapshot_reads(destination)
-    assert first not in copied and list(copied.values()) == [[2, 3]]
     assert summary.generation == repo.state().generation
+    assert Repository.open(destination).state().generation == summary.generation
 
 
 def test_a_clone_collected_under_it_every_round_gives_up_and_publishes_nothing():
