@@ -98,10 +98,11 @@ def clone(
             "(a killed clone leaves no state file there, so running it again resumes)"
         )
     copy = copier or _threads(source, destination, workers)
-    before = _sizes(destination)  # what an earlier, killed run copied
-    for _ in range(MAX_ROUNDS):
+    before = _sizes(destination)  # what it held: a killed run's copies
+    for attempt in range(MAX_ROUNDS):
+        there = before if attempt == 0 else _sizes(destination)
         try:
-            wanted = copy_listed(source, destination, copy, progress)
+            wanted = copy_listed(source, destination, copy, progress, there)
         except NotFoundError:  # listed, then deleted before its copy
             latest = read_latest_state(source)
             if AssertNoGCSince(state.generation).holds(latest):
@@ -132,17 +133,20 @@ def clone(
 
 
 def copy_listed(
-    source: Storage, destination: Storage, copy: Copier, progress: Progress | None
+    source: Storage,
+    destination: Storage,
+    copy: Copier,
+    progress: Progress | None,
+    there: dict[str, int],
 ) -> dict[str, ObjectInfo]:
-    """Copy every object listed at ``source`` that ``destination`` lacks, and verify all of
-    them there; returns them by key.
+    """Copy every object listed at ``source`` that ``destination`` lacks (``there``: its
+    objects' sizes by key), and verify all of them there; returns them by key.
 
     Raises:
         NotFoundError: an object listed was deleted before its copy.
         FormatError: an object did not arrive whole.
     """
     wanted = {info.key: info for prefix in COPIED_PREFIXES for info in source.list(prefix)}
-    there = _sizes(destination)
     todo = [info for key, info in sorted(wanted.items()) if there.get(key) != info.size]
     batches = [todo[i : i + BATCH] for i in range(0, len(todo), BATCH)]
     for _ in track(progress, "copying objects", copy(batches), len(todo), steps=lambda n: n):
