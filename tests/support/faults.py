@@ -143,7 +143,9 @@ class FaultyStorage(Storage):
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         # Read whole inside the call, so a rule on "list" holds or fails the listing itself.
-        return iter(self._run("list", prefix, lambda: list(self.inner.list(prefix))))  # type: ignore[call-overload]
+        listing = self._run("list", prefix, lambda: list(self.inner.list(prefix)))
+        assert isinstance(listing, list)
+        return iter(listing)
 
     def delete(self, keys: Iterable[str]) -> None:
         keys = list(keys)
