@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from ..errors import NotFoundError
 from ..ops.clone import Copier, copy_objects
 from ..storage import ObjectInfo, open_storage
 
@@ -27,7 +28,15 @@ def spark_copier(
             for i in range(0, len(batches), batches_per_task)
         ]
         rdd = spark.sparkContext.parallelize(tasks, numSlices=len(tasks))
-        yield from rdd.map(lambda task: _copy_task(source, destination, task)).collect()
+        done = rdd.map(lambda task: _copy_task(source, destination, task)).collect()
+        yield from (count for count, _ in done)
+        gone = [reason for _, reasons in done for reason in reasons]
+        if gone:
+            # As the threaded copier raises it: the clone then checks whether a garbage
+            # collection on the source explains it, and copies the newer state if so.
+            raise NotFoundError(
+                f"{len(gone)} batches met an object deleted after it was listed, e.g.: {gone[0]}"
+            )
 
     return copier
 
@@ -36,9 +45,15 @@ def _copy_task(
     source: tuple[str, Mapping[str, Any]],
     destination: tuple[str, Mapping[str, Any]],
     batches: list[list[ObjectInfo]],
-) -> int:
+) -> tuple[int, list[str]]:
+    """The objects copied, and why batches stopped at a deleted object: told to the driver
+    as text, not as a failed task (which Spark would retry, then report as its own error)."""
     src = open_storage(source[0], **dict(source[1]))
     dst = open_storage(destination[0], **dict(destination[1]))
+    gone = []
     for batch in batches:
-        copy_objects(src, dst, batch)
-    return sum(len(b) for b in batches)
+        try:
+            copy_objects(src, dst, batch)
+        except NotFoundError as missing:
+            gone.append(str(missing))
+    return sum(len(b) for b in batches), gone

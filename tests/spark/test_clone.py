@@ -3,6 +3,8 @@ and a clone whose Spark job died part-way resumes."""
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,3 +36,35 @@ def test_a_clone_copied_on_executors_equals_the_source(spark: Any, tmp_path: Pat
     summary = clone(source, destination, copier=copier)
     assert summary.objects_already_there > 0 and summary.objects_copied > 0
     same_repository(source, destination)
+
+
+def test_a_clone_on_executors_copies_the_newer_state_after_gc_deleted_listed_files(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Expiry and GC on the source between the driver's listing and the tasks' copies: the
+    tasks report the deleted files, and the clone copies the state after the collection
+    (tests/trust/test_clone_during_maintenance.py for the threaded copier)."""
+    src, dst = (tmp_path / "src").as_uri(), (tmp_path / "dst").as_uri()
+    source, destination = open_storage(src), open_storage(dst)
+    repo = with_history(source, chunks=8)
+    repo.delete_tag("v1")
+    repo.delete_branch("dev")
+    copier = spark_copier(spark, (src, {}), (dst, {}))
+    maintained: list[str] = []
+
+    def collected_after_the_listing(batches):  # type: ignore[no-untyped-def]
+        if not maintained:  # once: a collection every round would never let it finish
+            maintained.extend(repo.expire_snapshots(datetime.now(UTC)))
+            time.sleep(0.02)
+            repo.garbage_collect(datetime.now(UTC))
+        yield from copier(batches)
+
+    summary = clone(source, destination, copier=collected_after_the_listing)
+    assert maintained, "the expiry removed nothing: the test would not test"
+    copy = Repository.open(destination)
+    assert not set(maintained) & set(copy.state().snapshots)
+    assert summary.generation == repo.state().generation
+    for snapshot_id in copy.state().snapshots:  # every listed snapshot reads in full
+        session = copy.readonly_session(snapshot_id=snapshot_id)
+        if session.find_node("/t") is not None:
+            assert session.get_chunk("/t", (0,)) is not None
