@@ -46,8 +46,9 @@ def _copy_task(
     destination: tuple[str, Mapping[str, Any]],
     batches: list[list[ObjectInfo]],
 ) -> tuple[int, list[str]]:
-    """The objects copied, and why batches stopped at a deleted object: told to the driver
-    as text, not as a failed task (which Spark would retry, then report as its own error)."""
+    """How many objects the batches hold (for progress), and why batches stopped at a
+    deleted object: told to the driver as text, not as a failed task (which Spark would
+    retry, then report as its own error). The driver's verification finds what they left."""
     src = open_storage(source[0], **dict(source[1]))
     dst = open_storage(destination[0], **dict(destination[1]))
     gone = []
