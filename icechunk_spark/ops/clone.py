@@ -101,16 +101,15 @@ def clone(
     before = _sizes(destination)  # what it held: a killed run's copies
     for attempt in range(MAX_ROUNDS):
         there = before if attempt == 0 else _sizes(destination)
+        gone: NotFoundError | None = None
         try:
             wanted = copy_listed(source, destination, copy, progress, there)
-        except NotFoundError:  # listed, then deleted before its copy
-            latest = read_latest_state(source)
-            if AssertNoGCSince(state.generation).holds(latest):
-                raise  # not by a collection since the state copied: say so
-            state = latest
-            continue
+        except NotFoundError as missing:  # listed, then deleted before its copy
+            gone = missing
         latest = read_latest_state(source)
         if AssertNoGCSince(state.generation).holds(latest):
+            if gone is not None:
+                raise gone  # not by a collection since the state copied: say so
             break
         state = latest  # collected since: copy the newer state (step 4 of the docstring)
     else:
