@@ -15,8 +15,12 @@ Variants (side B):
 - ``none``: nothing changed (the harness's own noise).
 - ``data-unsynced``: the build's objects (manifest, structure file, transaction log) are
   written without fsync, of the file or its folder.
+- ``folders-unsynced``: the build's objects are fsync'ed, written to their folder's spare
+  (as ``put`` does), but their folders are not fsync'ed after the rename.
+- ``spare-unsynced``: as ``data-unsynced``, but written to their folder's spare as ``put``
+  does (``data-unsynced`` creates a file each: the sync alone, not the spare).
 - ``state-unsynced``: the state file's temporary copy is not fsync'ed before it is linked
-  into place (its folder still is).
+  into place, prepared or not (its folder still is).
 - ``busy-start`` / ``busy-end``: 0.5 ms more of the calling thread's CPU at the start of the
   build, or beside its last writes (while reading the state to swap): whether that thread's
   work is what the commit waits for.
@@ -28,6 +32,7 @@ Variants (side B):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -65,18 +70,44 @@ def _data_unsynced() -> Any:
     return patched(local.LocalStorage, "put", put)
 
 
+def _folders_unsynced() -> Any:
+    def put(self: local.LocalStorage, key: str, data: bytes) -> None:
+        os.replace(self._write_temp(key, data, spare=True), self._path(key))
+
+    return patched(local.LocalStorage, "put", put)
+
+
+def _spare_unsynced() -> Any:
+    def put(self: local.LocalStorage, key: str, data: bytes) -> None:
+        os.replace(self._write_temp(key, data, durable=False, spare=True), self._path(key))
+
+    return patched(local.LocalStorage, "put", put)
+
+
 def _state_unsynced() -> Any:
-    original = local.LocalStorage.put_if_absent
+    """The state file's temporary copy written without fsync, prepared (the usual path: a
+    commit prepares it beside its last objects) or not."""
+    write_temp = local.LocalStorage._write_temp
 
-    def put_if_absent(self: local.LocalStorage, key: str, data: bytes) -> bool:
-        write = self._write_temp
-        self._write_temp = lambda key, data, durable=True: write(key, data, durable=False)  # type: ignore[method-assign]
-        try:
-            return original(self, key, data)
-        finally:
-            del self._write_temp
+    def unsynced(method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(self: local.LocalStorage, key: str, data: bytes) -> Any:
+            def write(key: str, data: bytes, durable: bool = True, spare: bool = False) -> str:
+                return write_temp(self, key, data, durable=False, spare=spare)
 
-    return patched(local.LocalStorage, "put_if_absent", put_if_absent)
+            self._write_temp = write  # type: ignore[method-assign]
+            try:
+                return method(self, key, data)
+            finally:
+                del self._write_temp
+
+        return call
+
+    stack = contextlib.ExitStack()
+    for name in ("prepare_put_if_absent", "put_if_absent"):
+        stack.enter_context(
+            patched(local.LocalStorage, name, unsynced(getattr(local.LocalStorage, name)))
+        )
+    return stack
 
 
 def _busy_start() -> Any:
@@ -116,6 +147,8 @@ VARIANTS: dict[str, Callable[[], Any]] = {
     "none": lambda: patched(commit_module, "MAX_REBASES", commit_module.MAX_REBASES),
     "data-unsynced": _data_unsynced,
     "state-unsynced": _state_unsynced,
+    "folders-unsynced": _folders_unsynced,
+    "spare-unsynced": _spare_unsynced,
     "busy-start": _busy_start,
     "busy-end": _busy_end,
     "spin-wait": _spin_wait,
