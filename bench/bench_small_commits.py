@@ -1,6 +1,7 @@
 """Where a small commit's time goes on local disk: wall time beside CPU time, per commit.
 
     .venv/bin/python bench/bench_small_commits.py [--refs 100000] [--commits 300] [--history N]
+        [--pause-ms P]
 
 The repository of ``bench_splitting.py`` (its big variable at ``--refs`` refs: a small commit
 does not touch it), then ``--commits`` commits each changing one chunk of `small7` in a session
@@ -9,7 +10,11 @@ time of the whole process and of the calling thread during the commit, and over 
 user and system CPU and context switches (sessions included). On 2 cores, wall time below half
 the process's CPU time is out of reach; the calling thread's CPU is the part nothing overlaps.
 ``--history N`` makes N such commits first, untimed: the state file lists every snapshot, so
-its size (printed) and what a commit pays for it grow with history.
+its size (printed) and what a commit pays for it grow with history. ``--pause-ms P``: every
+other commit waits P ms first (after its chunk is set), and the table gives the median of each
+kind: a commit leaves work behind it on the I/O threads (its hint, and the spare files of the
+next one's writes, ``storage/spares.py``), which a commit made at once (as bench_splitting.py's
+20 are) meets, and one made after a pause does not.
 
 For where the CPU goes, run it under a sampling profiler, e.g.::
 
@@ -60,6 +65,7 @@ def main() -> None:
     parser.add_argument("--refs", type=int, default=100_000)
     parser.add_argument("--commits", type=int, default=300)
     parser.add_argument("--history", type=int, default=0)
+    parser.add_argument("--pause-ms", type=float, default=0.0)
     args = parser.parse_args()
     url = Path(tempfile.mkdtemp(prefix="bench-small-")).as_uri()
     build(url, args.refs)
@@ -67,10 +73,17 @@ def main() -> None:
     repo = Repository.open(url)
     for k in range(WARM_UP + args.history):
         small_commit(repo, k)
+    pause = args.pause_ms / 1000
     before = resource.getrusage(resource.RUSAGE_SELF)
-    runs = [small_commit(repo, k) for k in range(args.commits)]
+    runs = [small_commit(repo, k, pause_s=pause * (k % 2)) for k in range(args.commits)]
     after = resource.getrusage(resource.RUSAGE_SELF)
     n: int = args.commits
+    pause_rows = []
+    if pause:
+        pause_rows = [
+            ["commits made at once: median ms", median_ms(runs[0::2], "wall")],
+            [f"commits made after {args.pause_ms:g} ms: median ms", median_ms(runs[1::2], "wall")],
+        ]
 
     def per_commit(field: str) -> float:
         return float(getattr(after, field) - getattr(before, field)) / n
@@ -102,6 +115,7 @@ def main() -> None:
             ["  system CPU ms", per_commit("ru_stime") * 1000],
             ["  voluntary context switches", per_commit("ru_nvcsw")],
             ["  involuntary context switches", per_commit("ru_nivcsw")],
+            *pause_rows,
         ],
     )
 

@@ -115,15 +115,23 @@ class CommitTimes:
 
 
 def small_commit(
-    repo: Any, k: int, settle_s: float = 0.0, path: str = "/small7", chunks: int = 10
+    repo: Any,
+    k: int,
+    settle_s: float = 0.0,
+    path: str = "/small7",
+    chunks: int = 10,
+    pause_s: float = 0.0,
 ) -> CommitTimes:
     """Commit one changed chunk of `small7` (or of ``path``, ``chunks`` long) in a session of
     its own (the chunk set before the timer); icechunk_side.py times the same. ``settle_s``: a
     pause inside the CPU window but after the wall timer, so work the commit leaves behind (the
-    hint) is counted here and not in the next commit's window. ``repo``: any revision's
-    ``Repository`` (pair_small_commits)."""
+    hint) is counted here and not in the next commit's window. ``pause_s``: a pause before the
+    timers (the chunk set), so the work the last commit left behind is done. ``repo``: any
+    revision's ``Repository`` (pair_small_commits)."""
     session = repo.writable_session()
     session.set_chunk(path, (k % chunks,), bytes([k % 256]) * 80)
+    if pause_s:
+        time.sleep(pause_s)
     wall, cpu, own = time.perf_counter(), time.process_time(), time.thread_time()
     session.commit(f"small commit {k}")
     wall = time.perf_counter() - wall
