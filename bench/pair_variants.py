@@ -32,7 +32,6 @@ Variants (side B):
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shutil
 import statistics
@@ -51,6 +50,7 @@ from bench.pair_small_commits import WARM_UP, alternate, copy_repository, wall_r
 from icechunk_spark import Repository
 from icechunk_spark.core import commit as commit_module
 from icechunk_spark.core import flush, manifest_writes
+from icechunk_spark.format.keys import STATE_PREFIX
 from icechunk_spark.storage import local
 
 BUSY_S = 0.0005
@@ -85,29 +85,18 @@ def _spare_unsynced() -> Any:
 
 
 def _state_unsynced() -> Any:
-    """The state file's temporary copy written without fsync, prepared (the usual path: a
-    commit prepares it beside its last objects) or not."""
+    """State files' temporary copies written without fsync, prepared (the usual path: a
+    commit prepares its state file beside its last objects) or not. By key: the objects
+    written on the pool meanwhile stay synced."""
     write_temp = local.LocalStorage._write_temp
 
-    def unsynced(method: Callable[..., Any]) -> Callable[..., Any]:
-        def call(self: local.LocalStorage, key: str, data: bytes) -> Any:
-            def write(key: str, data: bytes, durable: bool = True, spare: bool = False) -> str:
-                return write_temp(self, key, data, durable=False, spare=spare)
+    def write(
+        self: local.LocalStorage, key: str, data: bytes, durable: bool = True, spare: bool = False
+    ) -> str:
+        durable = durable and not key.startswith(STATE_PREFIX)
+        return write_temp(self, key, data, durable=durable, spare=spare)
 
-            self._write_temp = write  # type: ignore[method-assign]
-            try:
-                return method(self, key, data)
-            finally:
-                del self._write_temp
-
-        return call
-
-    stack = contextlib.ExitStack()
-    for name in ("prepare_put_if_absent", "put_if_absent"):
-        stack.enter_context(
-            patched(local.LocalStorage, name, unsynced(getattr(local.LocalStorage, name)))
-        )
-    return stack
+    return patched(local.LocalStorage, "_write_temp", write)
 
 
 def _busy_start() -> Any:
