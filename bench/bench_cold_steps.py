@@ -16,10 +16,8 @@ costs; alike: a step alone is slower than in a loop whatever came before it.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_splitting import build, small_commit
+from bench.bench_splitting import committed_repository, small_commit
 from bench.common import patched, print_table
 from icechunk_spark import Repository
 from icechunk_spark.core import flush
@@ -68,12 +66,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--idle-ms", type=float, default=5.0)
     args = parser.parse_args()
-    url = Path(tempfile.mkdtemp(prefix="bench-cold-")).as_uri()
-    build(url, args.refs)
-    os.sync()
-    repo = Repository.open(url)
-    for k in range(10):
-        small_commit(repo, k)
+    _, repo = committed_repository(args.refs, "bench-cold-", 10)
     step = captured_step(repo)
     idle = args.idle_ms / 1000
     loop, slept, spun = [], [], []

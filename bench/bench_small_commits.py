@@ -27,18 +27,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_splitting import CommitTimes, build, small_commit
+from bench.bench_splitting import CommitTimes, committed_repository, small_commit
 from bench.common import print_table
-from icechunk_spark import Repository
 
 WARM_UP = 10
 
@@ -67,12 +64,7 @@ def main() -> None:
     parser.add_argument("--history", type=int, default=0)
     parser.add_argument("--pause-ms", type=float, default=0.0)
     args = parser.parse_args()
-    url = Path(tempfile.mkdtemp(prefix="bench-small-")).as_uri()
-    build(url, args.refs)
-    os.sync()  # no commit's fsync waits for the build's writeback
-    repo = Repository.open(url)
-    for k in range(WARM_UP + args.history):
-        small_commit(repo, k)
+    url, repo = committed_repository(args.refs, "bench-small-", WARM_UP + args.history)
     pause = args.pause_ms / 1000
     before = resource.getrusage(resource.RUSAGE_SELF)
     runs = [small_commit(repo, k, pause_s=pause * (k % 2)) for k in range(args.commits)]

@@ -141,6 +141,19 @@ def small_commit(
     return CommitTimes(wall, time.process_time() - cpu, own)
 
 
+def committed_repository(refs: int, prefix: str, commits: int) -> tuple[str, Any]:
+    """A new ``build`` of ``refs`` refs under a temporary folder named ``prefix``, on disk
+    (synced: no commit's fsync waits for its writeback), opened, with ``commits`` small
+    commits made (untimed: the process's first ones): its URL and ``Repository``."""
+    url = Path(tempfile.mkdtemp(prefix=prefix)).as_uri()
+    build(url, refs)
+    os.sync()
+    repo = Repository.open(url)
+    for k in range(commits):
+        small_commit(repo, k)
+    return url, repo
+
+
 def warm_up_zarr(store: Any) -> None:
     """One zarr read of `lat`, so the timed read is not zarr's first in this process."""
     zarr.open_array(store, path="lat", mode="r")[:]
