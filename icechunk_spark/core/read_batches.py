@@ -10,6 +10,10 @@ them to one ``execute`` call per batch (``virtual_reads`` merges the ranges of e
   coming (group commit). Before each batch it waits only while reads are still arriving, at
   most ``window``: a burst (zarr gathering a selection) becomes one batch, and a lone read
   (dask reading one chunk per task) waits a few hundred microseconds, not the whole window.
+  A gather queues its reads in one turn of its event loop, so the server also waits for
+  every turn that queued reads to end: a turn held up half way (its thread preempted on a
+  busy machine) would otherwise look like the end of the burst, and its reads would be
+  served in two batches or more.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ class ReadBatches(Generic[R]):
         self._batch: list[tuple[R, Future[bytes]]] | None = None  # threads' batch
         self._inflight = 0  # threads' reads in progress (to tell sequential from concurrent)
         self._queued: list[tuple[R, Future[bytes]]] = []  # coroutines' next batch
+        # Event loops in a turn that queued reads: each is removed by a callback that runs
+        # once the turn has ended (``_in_turn``).
+        self._turns: set[asyncio.AbstractEventLoop] = set()
         self._serving = False
         self._server: ThreadPoolExecutor | None = None
 
@@ -77,9 +84,16 @@ class ReadBatches(Generic[R]):
         if self._window <= 0:
             return unwrap(self._execute([request])[0])
         future: Future[bytes] = Future()
+        loop = asyncio.get_running_loop()
         with self._lock:
             self._queued.append((request, future))
             start, self._serving = not self._serving, True
+            first_in_turn = loop not in self._turns
+            self._turns.add(loop)
+        if first_in_turn:
+            # Runs after every callback ready in this turn: after the rest of a gather's
+            # reads are queued.
+            loop.call_soon(self._turn_ended, loop)
         if start:
             try:
                 self._server_thread().submit(self._serve_queued)
@@ -122,14 +136,27 @@ class ReadBatches(Generic[R]):
         for _, waiting in batch:
             _settle_future(waiting, exc)
 
+    def _turn_ended(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            self._turns.discard(loop)
+
+    def _in_turn(self) -> bool:
+        """Whether an event loop is still in a turn that queued reads. A loop that stopped or
+        closed before its callback ran (its reader gave up) is forgotten: it must not hold
+        later batches for the whole window."""
+        with self._lock:
+            self._turns = {loop for loop in self._turns if loop.is_running()}
+            return bool(self._turns)
+
     def _settle(self) -> None:
-        """Wait while reads keep arriving, at most the window."""
+        """Wait while reads keep arriving, or a turn that queued some goes on, at most the
+        window."""
         deadline = time.monotonic() + self._window
         seen = len(self._queued)
         while (left := deadline - time.monotonic()) > 0:
             time.sleep(min(SETTLE_STEP_S, left))
             now = len(self._queued)
-            if now == seen:
+            if now == seen and not self._in_turn():
                 return
             seen = now
 
