@@ -26,7 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_splitting import committed_repository, small_commit
-from bench.common import patched, print_table
+from bench.common import busy, patched, print_table, timed
 from icechunk_spark import Repository
 from icechunk_spark.core import flush
 
@@ -46,18 +46,6 @@ def captured_step(repo: Repository) -> Callable[[], Any]:
     return lambda: merge(*args)
 
 
-def timed(step: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    step()
-    return time.perf_counter() - start
-
-
-def spin(seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -71,12 +59,12 @@ def main() -> None:
     idle = args.idle_ms / 1000
     loop, slept, spun = [], [], []
     for _ in range(args.calls):
-        loop.append(timed(step))
+        loop.append(timed(step)[0])
     for _ in range(args.calls):  # alternating, so a slow phase of the machine slows both
         time.sleep(idle)
-        slept.append(timed(step))
-        spin(idle)
-        spun.append(timed(step))
+        slept.append(timed(step)[0])
+        busy(idle)
+        spun.append(timed(step)[0])
     in_loop = statistics.median(loop)
     print_table(
         f"the overlay of one changed chunk (core/flush.py _merge_modified), median of "

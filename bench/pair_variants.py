@@ -45,7 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_splitting import CommitTimes, build, small_commit
-from bench.common import patched, print_table
+from bench.common import busy, patched, print_table
 from bench.pair_small_commits import WARM_UP, alternate, copy_repository, wall_ratio
 from icechunk_spark import Repository
 from icechunk_spark.core import commit as commit_module
@@ -54,13 +54,6 @@ from icechunk_spark.format.keys import STATE_PREFIX
 from icechunk_spark.storage import local
 
 BUSY_S = 0.0005
-
-
-def busy(seconds: float) -> None:
-    """Spin the calling thread's CPU for ``seconds``."""
-    end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        pass
 
 
 def _data_unsynced() -> Any:
