@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_writers import s3_server
 from bench.common import print_table
 from bench.request_log import sequential_rounds
-from tests.support.emulators import free_port
+from tests.support.ports import server_port
 
 HERE = Path(__file__).resolve().parent
 ICECHUNK_PYTHON = HERE / ".venv312" / "bin" / "python"
@@ -72,7 +72,7 @@ def main() -> None:
     )
     parser.add_argument("--commits", type=int, default=10)
     args = parser.parse_args()
-    proxy_port = free_port()
+    proxy_port = server_port()
     with s3_server():  # moto with a ``bench`` bucket, in BENCH_S3_ENDPOINT
         moto = os.environ["BENCH_S3_ENDPOINT"]
         proxy = start([sys.executable, str(HERE / "request_log.py"), str(proxy_port), moto])

@@ -40,7 +40,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from tests.support.emulators import free_port  # noqa: E402
+from tests.support.ports import server_port  # noqa: E402
 
 SIDE = HERE / "writers_side.py"
 ICECHUNK_PYTHON = HERE / ".venv312" / "bin" / "python"
@@ -152,7 +152,7 @@ def run_system(
 @contextlib.contextmanager
 def s3_server() -> Iterator[None]:
     """moto's S3 server with a ``bench`` bucket; writers find it in BENCH_S3_ENDPOINT."""
-    port = free_port()
+    port = server_port()
     moto = subprocess.Popen(
         [sys.executable, "-m", "tests.support.moto_server", str(port)],
         cwd=HERE.parent,

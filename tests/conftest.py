@@ -18,6 +18,7 @@ import pytest
 from hypothesis import settings
 
 from icechunk_spark.storage import open_storage
+from tests.support.ports import server_port
 
 ROOT = Path(__file__).resolve().parent.parent
 S3_BUCKET = "icechunk-test"
@@ -36,15 +37,10 @@ settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start_moto() -> tuple[subprocess.Popen[bytes], str]:
-    """moto's S3 server in a subprocess on a free port of 127.0.0.1: (process, endpoint)."""
-    port = _free_port()
+    """moto's S3 server in a subprocess on a free port of 127.0.0.1: (process, endpoint). It
+    says ``ready`` once it has bound the port itself (``tests/support/ports.py``)."""
+    port = server_port()
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.support.moto_server", str(port)],

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import platform
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from .ports import listens, server_port
 
 ROOT = Path(__file__).resolve().parents[2]
 AZURITE = ROOT / ".emulators" / "node_modules" / ".bin" / "azurite-blob"
@@ -36,12 +37,6 @@ AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = (
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +76,7 @@ def start_fake_gcs() -> Emulator:
     binary = fake_gcs_binary()
     if binary is None:
         raise RuntimeError("fake-gcs-server is not installed: run make install")
-    port = free_port()
+    port = server_port()
     endpoint = f"http://127.0.0.1:{port}"
     workdir = tempfile.mkdtemp(prefix="fake-gcs-")
     flags = {
@@ -117,7 +112,7 @@ def azurite_missing_reason() -> str | None:
 
 
 def start_azurite() -> Emulator:
-    port = free_port()
+    port = server_port()
     workdir = tempfile.mkdtemp(prefix="azurite-")
     process = subprocess.Popen(
         [
@@ -145,19 +140,22 @@ def azurite_connection_string(endpoint: str) -> str:
 
 
 def _wait_for(emulator: Emulator, url: str | None, timeout: float = 30.0) -> None:
-    """Until ``url`` answers (or, without one, the port accepts connections)."""
+    """Until the emulator's own process listens on its port (another may answer there:
+    ``ports.py``) and ``url``, if given, answers."""
     deadline = time.monotonic() + timeout
-    host, port = emulator.endpoint.removeprefix("http://").split(":")
+    port = int(emulator.endpoint.rsplit(":", 1)[1])
     while time.monotonic() < deadline:
         if emulator.process.poll() is not None:
-            raise RuntimeError(f"{Path(emulator.process.args[0]).name} exited at start")
+            program = emulator.process.args
+            name = Path(str(program[0] if isinstance(program, list) else program)).name
+            raise RuntimeError(f"{name} exited at start")
         try:
-            if url is None:
-                socket.create_connection((host, int(port)), timeout=1).close()
-            else:
-                urllib.request.urlopen(url, timeout=1).close()
-            return
+            if listens(emulator.process.pid, port):
+                if url is not None:
+                    urllib.request.urlopen(url, timeout=1).close()
+                return
         except OSError:
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)
     emulator.stop()
     raise RuntimeError(f"emulator at {emulator.endpoint} did not start in {timeout:.0f} s")

@@ -3,7 +3,8 @@ server, and a standalone cluster of one master and one worker.
 
 Each server is a JVM in a process group of its own, logging to a file; ``stop()`` ends the
 group (the server and whatever it started: Python workers, executors) and waits for it.
-Readiness is polled (a port that accepts, a worker the master lists as alive), never slept on.
+Readiness is polled (the server's own process listening on its port, a worker the master
+lists as alive), never slept on; ports come from ``ports.server_port``.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from .ports import listens, server_port
 
 CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 MASTER = "org.apache.spark.deploy.master.Master"
@@ -32,12 +34,6 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -101,10 +97,10 @@ def wait_until(server: JavaServer, ready: Callable[[], bool], what: str) -> None
         time.sleep(0.2)
 
 
-def accepts(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+def wait_until_listening(server: JavaServer, port: int) -> None:
+    """Until ``server``'s own process listens on ``port``: a port that accepts may be another
+    process's (``ports.py``)."""
+    wait_until(server, lambda: listens(server.process.pid, port), f"listening on port {port}")
 
 
 @dataclass
@@ -128,7 +124,7 @@ def start_connect_server(
     The connect jar ships in pyspark's ``jars/``, so the server class is on the classpath.
     Python workers run ``env["PYSPARK_PYTHON"]`` with ``env["PYTHONPATH"]``.
     """
-    port = free_port()
+    port = server_port()
     command = [str(spark_home() / "bin" / "spark-submit"), "--class", CONNECT_SERVER]
     command += ["--master", "local[2]", "--driver-memory", memory]
     settings = {
@@ -140,7 +136,7 @@ def start_connect_server(
         command += ["--conf", f"{key}={value}"]
     server = start_java("Spark Connect server", [*command, "spark-internal"], env, log)
     try:
-        wait_until(server, lambda: accepts(port), f"port {port} accepting")
+        wait_until_listening(server, port)
     except BaseException:
         server.stop()
         raise
@@ -186,17 +182,17 @@ def start_standalone_cluster(
     """
     spark_class = str(spark_home() / "bin" / "spark-class")
     env = {**env, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": "256m"}
-    port, ui_port = free_port(), free_port()
+    port, ui_port = server_port(), server_port()
     master_args = ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui_port)]
     master = start_java(
         "Spark master", [spark_class, MASTER, *master_args], env, tmp / "master.log"
     )
     work_dir, log = tmp / "work", tmp / "worker.log"
     try:
-        wait_until(master, lambda: accepts(port), f"port {port} accepting")
+        wait_until_listening(master, port)
         worker_args = [f"spark://127.0.0.1:{port}", "--host", "127.0.0.1", "--cores", str(cores)]
         worker_args += ["--memory", memory, "--work-dir", str(work_dir)]
-        worker_args += ["--webui-port", str(free_port())]
+        worker_args += ["--webui-port", str(server_port())]
         worker = start_java("Spark worker", [spark_class, WORKER, *worker_args], env, log)
     except BaseException:
         master.stop()
