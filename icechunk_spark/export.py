@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .core import Session
-from .errors import AlreadyExistsError, InvalidInputError
+from .core import Session, read_latest_state
+from .errors import AlreadyExistsError, InvalidInputError, NotFoundError
 from .format.structure import Node
 from .progress import Progress, track
 from .storage import Storage
@@ -49,6 +49,8 @@ def export_zarr(
         InvalidInputError: the snapshot has virtual chunks and ``materialize`` is not set
             (nothing is written then).
         AlreadyExistsError: ``destination`` holds a Zarr store (a root ``zarr.json``) already.
+        NotFoundError: a chunk is gone, e.g. the snapshot expired and garbage collection
+            deleted its files during the export; ``destination`` then holds no ``zarr.json``.
     """
     nodes = session.list_nodes()
     arrays = [n for n in nodes if n.type == "array"]
@@ -76,11 +78,26 @@ def export_zarr(
 
     with ThreadPoolExecutor(max(workers, 1), thread_name_prefix="export") as pool:
         written = track(progress, "writing chunks", pool.map(write_chunk, chunks), len(chunks))
-        total = sum(written)
+        try:
+            total = sum(written)
+        except NotFoundError as missing:
+            raise _explained(missing, session, destination) from missing
     # Metadata last: a reader that finds the root document finds every chunk it names.
     for key in sorted(documents, key=lambda k: -k.count("/")):
         destination.put(key, documents[key])
     return ExportSummary(len(documents), len(chunks), total, virtual)
+
+
+def _explained(missing: NotFoundError, session: Session, destination: Storage) -> NotFoundError:
+    """``missing``, saying so when the snapshot left the history while it was exported."""
+    if session.snapshot_id in read_latest_state(session.handle.storage).snapshots:
+        return missing  # still listed: the object is gone for another reason
+    return NotFoundError(
+        f"snapshot {session.snapshot_id} left the repository's history during the export "
+        f"(expired, and garbage collection deleted its files: {missing}). {destination.url} "
+        "holds some of its chunks but no zarr.json, so no Zarr reader opens it: export a "
+        "snapshot still in the history there"
+    )
 
 
 def _virtual_count(session: Session, node: Node) -> int:

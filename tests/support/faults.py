@@ -121,7 +121,8 @@ class FaultyStorage(Storage):
         return self._run("get", key, lambda: self.inner.get(key))  # type: ignore[return-value]
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
-        return self.inner.get_range(key, start, end)
+        call = lambda: self.inner.get_range(key, start, end)  # noqa: E731
+        return self._run("get_range", key, call)  # type: ignore[return-value]
 
     def put(self, key: str, data: bytes) -> None:
         self._run("put", key, lambda: self.inner.put(key, data))

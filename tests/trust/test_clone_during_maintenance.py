@@ -1,6 +1,7 @@
 """A clone copies one state of a repository (ops/clone.py) while expiry and GC may run on the
 source: what the clone publishes must name only objects it copied. A clone of a big repository
-takes hours, and maintenance runs on a schedule, so they meet."""
+takes hours, and maintenance runs on a schedule, so they meet. An export (export.py) of a
+snapshot that leaves the history meanwhile must fail clearly and leave nothing a reader opens."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from icechunk_spark import Repository, RetriesExhaustedError
+from icechunk_spark import NotFoundError, Repository, RetriesExhaustedError
+from icechunk_spark.export import export_zarr
 from icechunk_spark.format.keys import STRUCTURES_PREFIX
 from icechunk_spark.ops.clone import MAX_ROUNDS, CloneSummary, clone
 from icechunk_spark.storage import Storage, open_storage
@@ -92,3 +94,22 @@ def test_a_clone_collected_under_it_every_round_gives_up_and_publishes_nothing()
     with pytest.raises(RetriesExhaustedError, match="garbage collection ran"):
         clone(faulty, destination)
     assert not Repository.exists(destination)
+
+
+def test_an_export_whose_snapshot_is_collected_under_it_fails_and_opens_as_nothing(faulty, backend):
+    repo, first = with_a_replaced_chunk(faulty)
+    session = repo.readonly_session(snapshot_id=first)
+    destination = open_storage(f"memory://export-{uuid.uuid4().hex}")
+    other = Repository.open(faulty.inner)
+
+    def maintain() -> None:  # held at the export's first chunk read
+        assert first in other.expire_snapshots(datetime.now(UTC))
+        other.garbage_collect(cutoff_after_writes(backend))  # deletes first's old chunk
+
+    outcome = run_held(
+        faulty, "get_range", "c/", lambda: export_zarr(session, destination, workers=1), maintain
+    )
+    assert isinstance(outcome, NotFoundError), outcome
+    assert f"snapshot {first} left the repository's history" in str(outcome)
+    assert not destination.exists("zarr.json")  # metadata goes last: no reader opens it
+    assert list(every_listed_snapshot_reads(faulty.inner).values()) == [[2, 3]]
