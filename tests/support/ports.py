@@ -66,8 +66,13 @@ def listens(pid: int, port: int) -> bool:
     """Whether process ``pid``, or a process of the group it leads, listens on TCP ``port``.
 
     A server started in a session of its own (a JVM through ``spark-submit``) may listen
-    from a child; those share its process group. Read from ``/proc`` (Linux).
+    from a child; those share its process group. Read from ``/proc`` (Linux); elsewhere it
+    can only say whether the port accepts, as before.
     """
+    if not Path("/proc/net/tcp").exists():
+        with socket.socket() as s:
+            s.settimeout(1)
+            return s.connect_ex(("127.0.0.1", port)) == 0
     inodes = _listening_inodes(port)
     if not inodes:
         return False
