@@ -1,4 +1,5 @@
-"""Rebase sees every change between its base and the tip, even after expiry, or refuses."""
+"""Rebase sees every change between its base and the tip, even after expiry, or refuses; a
+move (metadata only) is rebased by the same rule, with garbage collection between too."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 import pytest
 
 from icechunk_spark import ConflictError, Repository
-from tests.support.helpers import create_repo
+from tests.support.helpers import create_repo, cutoff_after_writes
 
 
 def _write(repo: Repository, coord: int, value: bytes) -> str:
@@ -77,3 +78,36 @@ def test_relinked_marker_survives_a_second_expiry(repo):
     assert repo.lookup_snapshot(c2).parent_relinked
     with pytest.raises(ConflictError):
         stale.commit("still refused")
+
+
+def _chunks(repo: Repository, path: str) -> list[bytes | None]:
+    reader = repo.readonly_session()
+    return [reader.get_chunk(path, (i,)) for i in range(4)]
+
+
+def test_a_move_over_an_expired_and_collected_history_is_refused(repo, backend):
+    mover = repo.writable_session()
+    mover.move("/a", "/b")
+    _write(repo, 0, b"c1")
+    c2 = _write(repo, 1, b"c2")
+    assert len(repo.expire_snapshots(repo.lookup_snapshot(c2).written_at)) == 2
+    repo.garbage_collect(cutoff_after_writes(backend))
+    # The move's base and C1 are gone with their logs: what C1 changed cannot be checked
+    # against the move, so it is refused, and the history stays as it was.
+    with pytest.raises(ConflictError, match="expired"):
+        mover.commit("move over a history that expired")
+    assert repo.lookup_branch("main") == c2
+    assert _chunks(repo, "/a") == [b"c1", b"c2", None, None]
+    assert repo.readonly_session().find_node("/b") is None
+
+
+def test_a_move_rebases_over_writes_when_expiry_and_gc_stay_below_its_base(repo, backend):
+    _write(repo, 2, b"old")
+    mover = repo.writable_session()
+    mover.move("/a", "/b")
+    _write(repo, 1, b"theirs")
+    repo.expire_snapshots(repo.lookup_snapshot(mover.snapshot_id).written_at)
+    repo.garbage_collect(cutoff_after_writes(backend))
+    mover.commit("move after the writes")
+    assert _chunks(repo, "/b") == [None, b"theirs", b"old", None]
+    assert repo.readonly_session().find_node("/a") is None
