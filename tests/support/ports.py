@@ -3,9 +3,10 @@
 A port found free by binding port 0 is one the kernel hands out: its ephemeral range, from which
 it also picks the port of every socket bound to 0 later, any process's. A server given such a
 port binds it seconds later (a JVM) and can find it taken. CI saw it: a Spark Connect server
-failed to bind its port, which a Spark driver's Python worker socket had been given meanwhile;
-the port still accepted, so the server was taken for started, and each Connect test hung for
-its 300 s timeout while the driver's worker failed to connect back. So servers get a port below
+failed to bind its port, which the kernel had given another socket meanwhile (most likely the
+Spark driver's, waiting for a Python worker: a streaming test's worker "failed to connect
+back" that minute); the port still accepted, so the server was taken for started, and each
+Connect test hung for its 300 s timeout. So servers get a port below
 the ephemeral range, which the kernel never assigns, and they are ready once *their* process
 listens on it, not once something does.
 """
