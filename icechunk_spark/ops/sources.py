@@ -11,7 +11,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core import RepoHandle
+from ..core import RepoHandle, read_latest_state
+from ..errors import NotFoundError
 from ..format.state import State
 
 SOURCES_SCHEMA = pa.schema(
@@ -29,14 +30,27 @@ def snapshot_sources(handle: RepoHandle, snapshot_id: str, state: State | None =
 
     ``refs``: how many chunk refs point into it; ``bytes``: the sum of their lengths (what a
     full read fetches from it); ``arrays``: the arrays with refs into it, sorted.
+
+    Raises:
+        NotFoundError: a manifest is gone, e.g. the snapshot expired and garbage collection
+            deleted its files while they were read.
     """
-    view = handle.snapshot_view(snapshot_id, state)
-    per_array = [
-        _array_sources(path, refs)
-        for path, node in sorted(view.nodes.items())
-        if node.type == "array"
-        for refs in view.array_refs(node)
-    ]
+    try:
+        view = handle.snapshot_view(snapshot_id, state)
+        per_array = [
+            _array_sources(path, refs)
+            for path, node in sorted(view.nodes.items())
+            if node.type == "array"
+            for refs in view.array_refs(node)
+        ]
+    except NotFoundError as missing:
+        if snapshot_id in read_latest_state(handle.storage).snapshots:
+            raise  # still listed: the object is gone for another reason
+        raise NotFoundError(
+            f"snapshot {snapshot_id} left the repository's history while its sources were "
+            f"listed (expired, and garbage collection deleted its files: {missing}): list "
+            "those of a snapshot still in the history"
+        ) from missing
     rows = pa.concat_tables([_empty_per_array(), *per_array])
     grouped = rows.group_by("location").aggregate(
         [("refs", "sum"), ("bytes", "sum"), ("array", "distinct")]

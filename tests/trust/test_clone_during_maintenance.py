@@ -1,7 +1,8 @@
 """A clone copies one state of a repository (ops/clone.py) while expiry and GC may run on the
 source: what the clone publishes must name only objects it copied. A clone of a big repository
 takes hours, and maintenance runs on a schedule, so they meet. An export (export.py) of a
-snapshot that leaves the history meanwhile must fail clearly and leave nothing a reader opens."""
+snapshot that leaves the history meanwhile must fail clearly and leave nothing a reader opens;
+listing its sources must fail clearly too."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from icechunk_spark import NotFoundError, Repository, RetriesExhaustedError
 from icechunk_spark.export import export_zarr
-from icechunk_spark.format.keys import STRUCTURES_PREFIX
+from icechunk_spark.format.keys import MANIFESTS_PREFIX, STRUCTURES_PREFIX
 from icechunk_spark.ops.clone import MAX_ROUNDS, CloneSummary, clone
 from icechunk_spark.storage import Storage, open_storage
 from tests.support.faults import FaultyStorage, Rule, run_held
@@ -113,3 +114,19 @@ def test_an_export_whose_snapshot_is_collected_under_it_fails_and_opens_as_nothi
     assert f"snapshot {first} left the repository's history" in str(outcome)
     assert not destination.exists("zarr.json")  # metadata goes last: no reader opens it
     assert list(every_listed_snapshot_reads(faulty.inner).values()) == [[2, 3]]
+
+
+def test_sources_of_a_snapshot_collected_under_them_fail_saying_so(faulty, backend):
+    _, first = with_a_replaced_chunk(faulty)
+    reader = Repository.open(faulty)  # a handle of its own: no manifest in its memory
+    other = Repository.open(faulty.inner)
+
+    def maintain() -> None:  # held at the first manifest read
+        assert first in other.expire_snapshots(datetime.now(UTC))
+        other.garbage_collect(cutoff_after_writes(backend))  # deletes first's manifest
+
+    outcome = run_held(
+        faulty, "get", MANIFESTS_PREFIX, lambda: reader.sources(snapshot_id=first), maintain
+    )
+    assert isinstance(outcome, NotFoundError), outcome
+    assert f"snapshot {first} left the repository's history" in str(outcome)
