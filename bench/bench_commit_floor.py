@@ -103,7 +103,7 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=300)
     args = parser.parse_args()
     url, repo = committed_repository(100_000, "bench-floor-repo-", WARM_UP)
-    skeleton = Skeleton(object_sizes(url), repo.handle.pool._max_workers)
+    skeleton = Skeleton(object_sizes(url), repo.handle.config.max_concurrent_writes)
     for k in range(WARM_UP):
         skeleton.commit(-1 - k)
     runs: dict[str, list[tuple[float, float]]] = {"commit": [], "skeleton": []}

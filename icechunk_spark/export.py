@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .core import Session, read_latest_state
+from .core import Session, left_history
 from .errors import AlreadyExistsError, InvalidInputError, NotFoundError
 from .format.structure import Node
 from .progress import Progress, track
@@ -81,23 +81,19 @@ def export_zarr(
         try:
             total = sum(written)
         except NotFoundError as missing:
-            raise _explained(missing, session, destination) from missing
+            advice = (
+                f"{destination.url} holds some of its chunks but no zarr.json, so no Zarr "
+                "reader opens it; export a snapshot still in the history there"
+            )
+            storage, snapshot_id = session.handle.storage, session.snapshot_id
+            gone = left_history(storage, snapshot_id, missing, "during the export", advice)
+            if gone is None:
+                raise
+            raise gone from missing
     # Metadata last: a reader that finds the root document finds every chunk it names.
     for key in sorted(documents, key=lambda k: -k.count("/")):
         destination.put(key, documents[key])
     return ExportSummary(len(documents), len(chunks), total, virtual)
-
-
-def _explained(missing: NotFoundError, session: Session, destination: Storage) -> NotFoundError:
-    """``missing``, saying so when the snapshot left the history while it was exported."""
-    if session.snapshot_id in read_latest_state(session.handle.storage).snapshots:
-        return missing  # still listed: the object is gone for another reason
-    return NotFoundError(
-        f"snapshot {session.snapshot_id} left the repository's history during the export "
-        f"(expired, and garbage collection deleted its files: {missing}). {destination.url} "
-        "holds some of its chunks but no zarr.json, so no Zarr reader opens it: export a "
-        "snapshot still in the history there"
-    )
 
 
 def _virtual_count(session: Session, node: Node) -> int:

@@ -24,6 +24,7 @@ from .manifest_cache import ChunkRef, ManifestCache
 from .refs import (
     ensure_writable,
     initial_state,
+    left_history,
     publish_state,
     read_hint,
     read_latest_state,
@@ -68,6 +69,7 @@ __all__ = [
     "file_checksum",
     "initial_state",
     "landed_once",
+    "left_history",
     "manifest_infos",
     "merged_txlog",
     "naming_chunk",

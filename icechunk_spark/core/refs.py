@@ -79,6 +79,21 @@ def read_latest_state(storage: Storage, known: State | None = None) -> State:
     return _probed_from(storage, _read_newest_listed(storage) if hinted is None else hinted)
 
 
+def left_history(
+    storage: Storage, snapshot_id: str, missing: NotFoundError, during: str, advice: str
+) -> NotFoundError | None:
+    """An error saying snapshot ``snapshot_id`` left the history ``during`` some reading (it
+    expired and GC deleted its files), when ``missing`` (one of its objects not found) is
+    explained so: the newest state no longer lists it. ``None`` while it is still listed (the
+    object is gone for another reason: the caller raises ``missing`` itself)."""
+    if snapshot_id in read_latest_state(storage).snapshots:
+        return None
+    return NotFoundError(
+        f"snapshot {snapshot_id} left the repository's history {during} (expired, and "
+        f"garbage collection deleted its files: {missing}): {advice}"
+    )
+
+
 def _probed_from(storage: Storage, start: State, probed: bool = False) -> State:
     """The newest state from ``start`` on: ``read_latest_state``'s probe and check.
     ``probed``: ``t/<start+1>`` was found absent already."""

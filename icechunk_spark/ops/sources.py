@@ -11,7 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core import RepoHandle, read_latest_state
+from ..core import RepoHandle, left_history
 from ..errors import NotFoundError
 from ..format.state import State
 
@@ -44,13 +44,12 @@ def snapshot_sources(handle: RepoHandle, snapshot_id: str, state: State | None =
             for refs in view.array_refs(node)
         ]
     except NotFoundError as missing:
-        if snapshot_id in read_latest_state(handle.storage).snapshots:
-            raise  # still listed: the object is gone for another reason
-        raise NotFoundError(
-            f"snapshot {snapshot_id} left the repository's history while its sources were "
-            f"listed (expired, and garbage collection deleted its files: {missing}): list "
-            "those of a snapshot still in the history"
-        ) from missing
+        advice = "list those of a snapshot still in the history"
+        during = "while its sources were listed"
+        gone = left_history(handle.storage, snapshot_id, missing, during, advice)
+        if gone is None:
+            raise
+        raise gone from missing
     rows = pa.concat_tables([_empty_per_array(), *per_array])
     grouped = rows.group_by("location").aggregate(
         [("refs", "sum"), ("bytes", "sum"), ("array", "distinct")]
