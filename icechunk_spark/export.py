@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .core import Session, left_history
+from .core import Session, raise_if_collected
 from .errors import AlreadyExistsError, InvalidInputError, NotFoundError
 from .format.structure import Node
 from .progress import Progress, track
@@ -86,10 +86,8 @@ def export_zarr(
                 "reader opens it; export a snapshot still in the history there"
             )
             storage, snapshot_id = session.handle.storage, session.snapshot_id
-            gone = left_history(storage, snapshot_id, missing, "during the export", advice)
-            if gone is None:
-                raise
-            raise gone from missing
+            raise_if_collected(storage, snapshot_id, missing, "during the export", advice)
+            raise
     # Metadata last: a reader that finds the root document finds every chunk it names.
     for key in sorted(documents, key=lambda k: -k.count("/")):
         destination.put(key, documents[key])

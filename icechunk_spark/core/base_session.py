@@ -1,5 +1,6 @@
-"""The chunk API every session shares: find and list nodes, read, write and delete chunks and
-refs (native, inline or virtual), and write nodes.
+"""The chunk API every session shares: write nodes, write and delete chunks and refs (native,
+inline or virtual), on top of the reads (core/session_reads.py: find and list nodes, read
+chunks and refs).
 
 ``Session`` (core/session.py) and ``ForkSession`` (core/forks.py) are both a ``BaseSession``; they
 differ only where reads layer over the base snapshot (``_node_layer``, ``_chunk_ref``,
@@ -17,25 +18,22 @@ import numpy as np
 import pyarrow as pa
 
 from ..chunks.codec import chunk_codec
-from ..chunks.stats import ChunkStats, StatsLog, stats_table
+from ..chunks.stats import ChunkStats, StatsLog
 from ..errors import AlreadyExistsError, InvalidInputError, NotFoundError
-from ..format.coords import coverage, decode_coords, encode_coord
+from ..format.coords import encode_coord
 from ..format.ids import new_node_id
 from ..format.paths import normalize_path
 from ..format.structure import Node, make_node
-from . import overlay
 from .changes import ChangeSet, ChangeSummary
-from .chunk_reads import naming_chunk
 from .chunk_writes import store_chunk, virtual_ref, write_statistics
-from .handle import RepoHandle
 from .manifest_cache import ChunkRef
 from .node_docs import array_doc, group_doc, grown_doc
 from .ref_tables import check_coord, ref_table
-from .snapshot import SnapshotView
+from .session_reads import SessionReads
 
 
-class BaseSession:
-    """Nodes and chunks of one snapshot plus the changes layered over it."""
+class BaseSession(SessionReads):
+    """Nodes and chunks of one snapshot plus the changes layered over it, read and written."""
 
     def __init__(self, changes: ChangeSet, stats: StatsLog, branch: str | None) -> None:
         self._changes = changes  # where this session's writes are recorded
@@ -43,20 +41,7 @@ class BaseSession:
         self.branch = branch
         self.read_only = False
 
-    # -- what a kind of session decides ---------------------------------------------------
-    @property
-    def handle(self) -> RepoHandle:
-        """The repository handle (core/handle.py) this session reads and writes through."""
-        raise NotImplementedError
-
-    def _view(self) -> SnapshotView:
-        """The base snapshot."""
-        raise NotImplementedError
-
-    def _node_layer(self) -> ChangeSet:
-        """The changes whose nodes layer over the base (a fork reads its session's)."""
-        return self._changes
-
+    # -- what a kind of session decides (and, for reads, core/session_reads.py) -----------
     def _require_writable(self) -> None:
         """Raise unless this session may write now."""
 
@@ -64,39 +49,9 @@ class BaseSession:
         """Called before each chunk write records anything (a fork counts its writers)."""
 
     # -- identity -------------------------------------------------------------------------
-    @property
-    def snapshot_id(self) -> str:
-        """The snapshot this session reads (the parent of its commit)."""
-        return self._view().snapshot_id
-
     def has_uncommitted_changes(self) -> bool:
         """Whether anything was written or deleted since the session started."""
         return not self._changes.is_empty()
-
-    # -- reading nodes --------------------------------------------------------------------
-    def get_node(self, path: str) -> Node:
-        """The group or array at ``path``. Raises ``NotFoundError``."""
-        return overlay.node_at(self._view(), self._node_layer(), normalize_path(path))
-
-    def find_node(self, path: str) -> Node | None:
-        """The group or array at ``path``, or ``None`` when there is none."""
-        return overlay.find_node_at(self._view(), self._node_layer(), normalize_path(path))
-
-    def list_nodes(self) -> list[Node]:
-        """Every node, sorted by path."""
-        nodes = self._nodes()
-        return [nodes[p] for p in sorted(nodes)]
-
-    def _nodes(self) -> dict[str, Node]:
-        view, layer = self._view(), self._node_layer()
-        with layer.lock:
-            return overlay.current_nodes(view, layer)
-
-    def _array(self, path: str) -> Node:
-        node = self.get_node(path)
-        if node.type != "array":
-            raise InvalidInputError(f"{node.path!r} is a group, not an array")
-        return node
 
     # -- writing nodes --------------------------------------------------------------------
     def create_group(self, path: str = "/", attributes: Mapping[str, Any] | None = None) -> Node:
@@ -311,67 +266,6 @@ class BaseSession:
             self._changes.array_changes(node).set(key, ref)
             if stats is not None and ref is not None:
                 self._stats.record(node.id, key, ref.chunk_id, ref.inline_data, stats)
-
-    # -- reading chunks -------------------------------------------------------------------
-    def get_chunk_ref(self, path: str, coord: Sequence[int]) -> ChunkRef | None:
-        """Where the chunk's bytes are, or ``None`` when it was never written."""
-        node = self._array(path)
-        return self._chunk_ref(node, check_coord(node, coord))
-
-    def chunk_ref_at(self, node: Node, coord: tuple[int, ...]) -> ChunkRef | None:
-        """``get_chunk_ref`` for a caller holding the array already (``find_node``) and a
-        coord inside its grid: the zarr store resolves a key once and reads with this."""
-        return self._chunk_ref(node, coord)
-
-    def _chunk_ref(self, node: Node, coord: tuple[int, ...]) -> ChunkRef | None:
-        storage = self.handle.storage
-        return overlay.chunk_ref(self._view(), self._node_layer(), node, coord, storage)
-
-    def get_chunk(
-        self, path: str, coord: Sequence[int], byte_range: tuple[int, int | None] | None = None
-    ) -> bytes | None:
-        """The chunk's bytes (``[start, end)`` of them with ``byte_range``), or ``None``."""
-        ref = self.get_chunk_ref(path, coord)
-        with naming_chunk(path, coord):
-            return None if ref is None else self.read_ref(ref, byte_range)
-
-    def read_ref(self, ref: ChunkRef, byte_range: tuple[int, int | None] | None = None) -> bytes:
-        """The bytes ``ref`` points to, inline, in a chunk file or virtual (``[start, end)``
-        of them with ``byte_range``)."""
-        return self.handle.read_ref(ref, byte_range)
-
-    async def read_ref_async(
-        self, ref: ChunkRef, byte_range: tuple[int, int | None] | None = None
-    ) -> bytes:
-        """``read_ref`` for an event loop: concurrent virtual reads coalesce."""
-        return await self.handle.read_ref_async(ref, byte_range)
-
-    def chunk_refs(self, path: str) -> pa.Table:
-        """Every ref of the array (committed and uncommitted), sorted by coord. Location
-        columns written dictionary-encoded (``format.locations``) come back so."""
-        return self._array_refs(self._array(path))
-
-    def _array_refs(self, node: Node) -> pa.Table:
-        storage = self.handle.storage
-        return overlay.array_refs(self._view(), self._changes, self._stats, node, storage)
-
-    def chunk_coords(self, path: str) -> np.ndarray:
-        """The coords of every chunk the array holds, as an ``(n, ndim)`` array, sorted."""
-        node = self._array(path)
-        assert node.meta is not None
-        return decode_coords(self._array_refs(node).column("coord"), node.meta.ndim)
-
-    def chunk_inventory(self, path: str) -> np.ndarray:
-        """Which chunks the array has, as a boolean array over its chunk grid."""
-        node = self._array(path)
-        assert node.meta is not None
-        return coverage(self.chunk_coords(path), node.meta.grid_shape)
-
-    def chunk_stats(self, path: str) -> pa.Table:
-        """Coords and ``stat_*`` columns of the array's chunks (see ``inventory``)."""
-        node = self._array(path)
-        assert node.meta is not None
-        return stats_table(self.chunk_refs(path), node.meta)
 
     # -- status ---------------------------------------------------------------------------
     def status(self) -> ChangeSummary:

@@ -40,6 +40,7 @@ from ..errors import (
     NotFoundError,
     RepositoryReadOnlyError,
     RetriesExhaustedError,
+    SnapshotCollectedError,
     StorageCredentialsError,
     StorageError,
     StorageNotFoundError,
@@ -79,19 +80,22 @@ def read_latest_state(storage: Storage, known: State | None = None) -> State:
     return _probed_from(storage, _read_newest_listed(storage) if hinted is None else hinted)
 
 
-def left_history(
+def raise_if_collected(
     storage: Storage, snapshot_id: str, missing: NotFoundError, during: str, advice: str
-) -> NotFoundError | None:
-    """An error saying snapshot ``snapshot_id`` left the history ``during`` some reading (it
-    expired and GC deleted its files), when ``missing`` (one of its objects not found) is
-    explained so: the newest state no longer lists it. ``None`` while it is still listed (the
-    object is gone for another reason: the caller raises ``missing`` itself)."""
+) -> None:
+    """Raise ``SnapshotCollectedError`` when ``missing`` (an object of snapshot
+    ``snapshot_id`` not found ``during`` some reading) is explained by the snapshot leaving
+    the history: it expired and GC deleted its files. Returns while the newest state still
+    lists it (the object is gone for another reason): the caller re-raises ``missing``.
+
+    ``missing`` explained already for this snapshot (a session's read inside an export) is
+    explained again with this ``during`` and ``advice``, the caller's, with no state read."""
+    if isinstance(missing, SnapshotCollectedError) and missing.snapshot_id == snapshot_id:
+        explained = SnapshotCollectedError(snapshot_id, missing.missing, during, advice)
+        raise explained from missing.__cause__
     if snapshot_id in read_latest_state(storage).snapshots:
-        return None
-    return NotFoundError(
-        f"snapshot {snapshot_id} left the repository's history {during} (expired, and "
-        f"garbage collection deleted its files: {missing}): {advice}"
-    )
+        return
+    raise SnapshotCollectedError(snapshot_id, str(missing), during, advice) from missing
 
 
 def _probed_from(storage: Storage, start: State, probed: bool = False) -> State:

@@ -11,6 +11,7 @@
     ├── AlreadyCommittedError    a commit made once (``once=``) is on the branch already
     ├── RewriteRefusedError      an amend or squash would lose history a ref holds, or raced
     ├── NotFoundError(KeyError)  a branch, tag, snapshot, node, chunk or object does not exist
+    │   └── SnapshotCollectedError  a snapshot expired and was collected while it was read
     ├── AlreadyExistsError       a repository, tag, branch or node of that name exists already
     ├── InvalidInputError(ValueError)  the caller passed something we cannot accept
     │   ├── ConfigError          a configuration file or value is invalid (names the YAML path)
@@ -57,6 +58,7 @@ from .general import (
     RepositoryReadOnlyError,
     RetriesExhaustedError,
     RewriteRefusedError,
+    SnapshotCollectedError,
     SourceChangedError,
     StaleSessionError,
     StorageCredentialsError,
@@ -93,6 +95,7 @@ __all__ = [
     "RepositoryReadOnlyError",
     "RetriesExhaustedError",
     "RewriteRefusedError",
+    "SnapshotCollectedError",
     "SourceChangedError",
     "StaleSessionError",
     "StorageCredentialsError",

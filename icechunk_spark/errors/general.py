@@ -16,6 +16,29 @@ class NotFoundError(IcechunkSparkError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class SnapshotCollectedError(NotFoundError):
+    """A snapshot left the history while it was read: it expired, and garbage collection
+    deleted its files (a manifest or chunk file the read needed).
+
+    Files are never changed or reused, so nothing wrong was read: read a snapshot still in
+    the history instead. ``snapshot_id`` names the snapshot; the message says what was being
+    done and which object was found missing.
+    """
+
+    def __init__(self, snapshot_id: str, missing: str, during: str, advice: str) -> None:
+        self.snapshot_id = snapshot_id
+        self.missing = missing  # the object found missing, as the storage's error said
+        self.during = during
+        self.advice = advice
+        super().__init__(
+            f"snapshot {snapshot_id} left the repository's history {during} (expired, and "
+            f"garbage collection deleted its files: {missing}): {advice}"
+        )
+
+    def __reduce__(self) -> tuple[type[SnapshotCollectedError], tuple[str, str, str, str]]:
+        return (SnapshotCollectedError, (self.snapshot_id, self.missing, self.during, self.advice))
+
+
 class AlreadyExistsError(IcechunkSparkError):
     """Something that must be unique (repository, tag, branch, node path) exists already."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core import RepoHandle, left_history
+from ..core import RepoHandle, raise_if_collected
 from ..errors import NotFoundError
 from ..format.state import State
 
@@ -46,10 +46,8 @@ def snapshot_sources(handle: RepoHandle, snapshot_id: str, state: State | None =
     except NotFoundError as missing:
         advice = "list those of a snapshot still in the history"
         during = "while its sources were listed"
-        gone = left_history(handle.storage, snapshot_id, missing, during, advice)
-        if gone is None:
-            raise
-        raise gone from missing
+        raise_if_collected(handle.storage, snapshot_id, missing, during, advice)
+        raise
     rows = pa.concat_tables([_empty_per_array(), *per_array])
     grouped = rows.group_by("location").aggregate(
         [("refs", "sum"), ("bytes", "sum"), ("array", "distinct")]
