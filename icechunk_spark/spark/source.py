@@ -26,8 +26,10 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from ..errors import InvalidInputError
+from ..core import raise_if_collected
+from ..errors import InvalidInputError, NotFoundError
 from ..format.keys import MANIFESTS_PREFIX, object_id
+from ..storage import Storage
 from . import scan, tables
 from .changes import ChangesReader, ChangesStreamReader, stream_table
 from .coordinator import abort_write, commit_staged
@@ -168,8 +170,20 @@ class ChunksReader(DataSourceReader):
             return  # no manifests: Spark plans one placeholder partition, which holds nothing
         storage = self._repo.storage()
         columns = self._arrow_schema.names
-        for batch in scan.read_part(storage, partition.part, columns, ()):
-            yield _conform(batch, self._arrow_schema)
+        try:
+            for batch in scan.read_part(storage, partition.part, columns, ()):
+                yield _conform(batch, self._arrow_schema)
+        except NotFoundError as missing:
+            self._explain_if_collected(storage, missing)
+            raise
+
+    def _explain_if_collected(self, storage: Storage, missing: NotFoundError) -> None:
+        """A manifest gone because the pinned snapshot expired and GC ran since the plan is
+        reported as that (``SnapshotCollectedError``), not as a bare miss. (Planning after
+        that opens no session on it: "snapshot ... not found; it may have been expired".)"""
+        during = "while Spark read its chunks table"
+        advice = "read the table again, at a snapshot still in the history"
+        raise_if_collected(storage, self._snapshot, missing, during, advice)
 
 
 def _pinned_snapshot(repo_options: RepoOptions, target: ReadTarget) -> str:

@@ -12,7 +12,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from icechunk_spark import HistoryExpiredError, InvalidInputError, Repository
+from icechunk_spark import (
+    HistoryExpiredError,
+    InvalidInputError,
+    NotFoundError,
+    Repository,
+    SnapshotCollectedError,
+)
 from icechunk_spark.chunks.codec import ChunkCodec
 from icechunk_spark.format import manifest as manifest_format
 from icechunk_spark.format import manifest_file
@@ -367,3 +373,30 @@ def test_the_change_feed_refuses_to_read_across_expired_history(tmp_path: Path) 
     end = stream.latestOffset(start, ReadAllAvailable())
     with pytest.raises(HistoryExpiredError, match="expired"):
         stream.partitions(start, end)
+
+
+def test_the_chunks_reader_says_when_its_snapshot_was_collected_under_it(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    from icechunk_spark.spark.source import ChunksReader, spark_schema
+
+    url = (tmp_path / "repo").as_uri()
+    repo = new_repo(url)
+    session = repo.writable_session("main")
+    session.create_array("/a", (4,), (1,), "uint8")
+    session.set_chunk("/a", (0,), b"\x01")
+    first = session.commit("first")
+    session = repo.writable_session("main")
+    session.set_chunk("/a", (0,), b"\x02")  # first's manifest is now only first's
+    session.commit("second")
+    planned = ChunksReader({"path": url, "snapshot": first}, spark_schema("chunks"))
+    parts = planned.partitions()  # the plan is made; executors read the manifests later
+    unplanned = ChunksReader({"path": url, "snapshot": first}, spark_schema("chunks"))
+
+    assert first in repo.expire_snapshots(datetime.now(UTC) + timedelta(seconds=1))
+    repo.garbage_collect(datetime.now(UTC) + timedelta(seconds=1))
+
+    with pytest.raises(SnapshotCollectedError, match=f"snapshot {first} left the repo") as read:
+        [b for p in parts for b in planned.read(p)]
+    assert "chunks table" in str(read.value) and "m/" in str(read.value)
+    with pytest.raises(NotFoundError, match="may have been expired"):  # planned too late
+        unplanned.partitions()
