@@ -10,7 +10,12 @@ import pytest
 
 from icechunk_spark import Repository
 from icechunk_spark.core.manifest_cache import ManifestCache
-from icechunk_spark.errors import HistoryExpiredError, HistoryRewrittenError, InvalidInputError
+from icechunk_spark.errors import (
+    HistoryExpiredError,
+    HistoryRewrittenError,
+    InvalidInputError,
+    SnapshotCollectedError,
+)
 from icechunk_spark.ops import feed
 from tests.trust.test_staged_refs import stage
 
@@ -309,3 +314,23 @@ def test_an_amended_tip_reads_as_one_snapshot_of_its_changes_and_the_amends(
     state = repo.state()
     with pytest.raises(HistoryRewrittenError, match="no longer in the history"):
         feed.steps_after(state, feed.Position(tip, 2), amended, "main")
+
+
+def test_steps_whose_snapshots_are_collected_after_planning_say_so(repo: Repository) -> None:
+    # A Spark query plans its steps on the driver; its tasks read them later. Expiry and GC
+    # may remove a step's snapshot, or its parent's, in between.
+    first = commit_chunk(repo, (0, 0), b"\x01" * 4)
+    second = commit_chunk(repo, (0, 0), b"\x02" * 4)  # replaces first's chunk and manifest
+    commit_chunk(repo, (1, 1), b"\x03" * 4)
+    state = repo.state()
+    planned = feed.steps_after(state, feed.Position(first, 1), state.branch("main").snapshot_id)
+    assert [s.snapshot_id for s in planned[:1]] == [second]
+    expired = repo.expire_snapshots(datetime.now(UTC) + timedelta(seconds=1))
+    assert first in expired and second in expired  # only the tip and its root stay
+    repo.garbage_collect(datetime.now(UTC) + timedelta(seconds=1))
+
+    cache = ManifestCache(repo.storage)
+    for step, gone in zip(planned, [second, second], strict=True):  # a step, then a parent
+        with pytest.raises(SnapshotCollectedError, match=f"snapshot {gone} left") as raised:
+            feed.snapshot_changes(repo.storage, cache, step)
+        assert "change feed" in str(raised.value), step.snapshot_id

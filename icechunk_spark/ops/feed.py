@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core import ManifestCache, SnapshotView, walk
+from ..core import ManifestCache, SnapshotView, raise_if_collected, walk
 from ..errors import (
     HistoryExpiredError,
     HistoryRewrittenError,
@@ -125,6 +125,7 @@ class Step:
     timestamp_ms: int
     structure_file: str
     parent_structure_file: str | None  # None: the oldest listed snapshot
+    parent_id: str | None = None  # the listed parent, whose files the rows are read against
 
 
 def lineage(state: State, tip: str) -> list[SnapshotInfo]:
@@ -177,6 +178,7 @@ def steps_after(state: State, start: Position, end_id: str, where: str = "") -> 
             timestamp_ms=line[seq].timestamp_ms,
             structure_file=line[seq].structure_file,
             parent_structure_file=line[seq - 1].structure_file if seq > 0 else None,
+            parent_id=line[seq - 1].id if seq > 0 else None,
         )
         for seq in range(first, len(line))
     ]
@@ -241,7 +243,28 @@ def iter_snapshot_changes(
     shards: int = 1,
 ) -> Iterator[pa.Table]:
     """``snapshot_changes`` one table at a time (node rows, then one array's chunk rows), so
-    a reader holds the refs of one array at a time."""
+    a reader holds the refs of one array at a time.
+
+    Raises:
+        SnapshotCollectedError: the step's snapshot or its parent expired, and GC deleted a
+            file the rows are read from, since the step was planned.
+    """
+    try:
+        yield from _changes_of(storage, manifests, step, shard, shards)
+    except NotFoundError as missing:
+        during = "while the change feed read its changes"
+        advice = (
+            "follow the feed again (from its checkpoint, or from a snapshot still in the "
+            "history): it then names the expired gap (HistoryExpiredError)"
+        )
+        for snapshot_id in filter(None, (step.snapshot_id, step.parent_id)):
+            raise_if_collected(storage, snapshot_id, missing, during, advice)
+        raise
+
+
+def _changes_of(
+    storage: Storage, manifests: ManifestCache, step: Step, shard: int, shards: int
+) -> Iterator[pa.Table]:
     log = _read_log(storage, step)
     if log is None:
         return
