@@ -328,16 +328,21 @@ def test_stat_bounds_decide_only_when_statistics_allow() -> None:
     assert not scan.StatBound("stat_max", "<", 1e9).may_match(only_nulls, 5)
 
 
-def test_the_chunks_reader_is_pinned_to_the_snapshot_it_planned(tmp_path: Path) -> None:
-    pytest.importorskip("pyspark")
-    from icechunk_spark.spark.source import ChunksReader, spark_schema
-
+def one_chunk_repo(tmp_path: Path) -> tuple[str, Repository, str]:
+    """A repository whose main holds one array `/a` with one chunk: URL, repo, snapshot."""
     url = (tmp_path / "repo").as_uri()
     repo = new_repo(url)
     session = repo.writable_session("main")
     session.create_array("/a", (4,), (1,), "uint8")
     session.set_chunk("/a", (0,), b"\x01")
-    session.commit("one chunk")
+    return url, repo, session.commit("one chunk")
+
+
+def test_the_chunks_reader_is_pinned_to_the_snapshot_it_planned(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    from icechunk_spark.spark.source import ChunksReader, spark_schema
+
+    url, repo, _ = one_chunk_repo(tmp_path)
     reader = ChunksReader({"path": url}, spark_schema("chunks"))
     session = repo.writable_session("main")
     session.set_chunk("/a", (1,), b"\x02")
@@ -379,12 +384,7 @@ def test_the_chunks_reader_says_when_its_snapshot_was_collected_under_it(tmp_pat
     pytest.importorskip("pyspark")
     from icechunk_spark.spark.source import ChunksReader, spark_schema
 
-    url = (tmp_path / "repo").as_uri()
-    repo = new_repo(url)
-    session = repo.writable_session("main")
-    session.create_array("/a", (4,), (1,), "uint8")
-    session.set_chunk("/a", (0,), b"\x01")
-    first = session.commit("first")
+    url, repo, first = one_chunk_repo(tmp_path)
     session = repo.writable_session("main")
     session.set_chunk("/a", (0,), b"\x02")  # first's manifest is now only first's
     session.commit("second")
