@@ -37,8 +37,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core import DEFAULT_BRANCH, SnapshotView, read_latest_state, update_state
-from ..errors import InvalidInputError
+from ..core import (
+    DEFAULT_BRANCH,
+    SnapshotView,
+    raise_if_collected,
+    read_latest_state,
+    update_state,
+)
+from ..errors import InvalidInputError, NotFoundError
 from ..format.coords import coord_keys
 from ..format.merge import merge_refs
 from ..format.state import SnapshotInfo, State, union_marks
@@ -93,13 +99,22 @@ def diff(
     Raises:
         InvalidInputError: not exactly one "from" and one "to" was given.
         NotFoundError: an unknown (or expired) snapshot, or an unknown branch or tag.
+        SnapshotCollectedError: one of them expired, and GC deleted a file the comparison
+            read, while it ran.
     """
     state = read_latest_state(handle.storage)
     old_id = _resolve(state, "from", from_snapshot_id, from_branch, from_tag)
     new_id = _resolve(state, "to", to_snapshot_id, to_branch, to_tag)
-    old = handle.snapshot_view(old_id, state)
-    new = handle.snapshot_view(new_id, state)
+    try:
+        return _diff(handle.snapshot_view(old_id, state), handle.snapshot_view(new_id, state))
+    except NotFoundError as missing:  # a structure file or manifest
+        during, advice = "while it was compared", "compare snapshots still in the history"
+        for snapshot_id in (old_id, new_id):
+            raise_if_collected(handle.storage, snapshot_id, missing, during, advice)
+        raise
 
+
+def _diff(old: SnapshotView, new: SnapshotView) -> Diff:
     old_paths, new_paths = set(old.nodes), set(new.nodes)
     same_node = {p for p in old_paths & new_paths if old.nodes[p].id == new.nodes[p].id}
     # A node is the same node wherever it is (ids are never reused): at another path, moved.
@@ -122,8 +137,8 @@ def diff(
         if count:
             chunks[path] = count
     return Diff(
-        from_snapshot_id=old_id,
-        to_snapshot_id=new_id,
+        from_snapshot_id=old.snapshot_id,
+        to_snapshot_id=new.snapshot_id,
         nodes_added=tuple(sorted(new_paths - same_node - set(moved.values()))),
         nodes_deleted=tuple(sorted(old_paths - same_node - set(moved))),
         nodes_updated=tuple(sorted(updated)),

@@ -17,7 +17,8 @@ import pytest
 import zarr
 
 from icechunk_spark import NotFoundError, Repository, SnapshotCollectedError
-from icechunk_spark.format.keys import chunk_key
+from icechunk_spark.format.keys import MANIFESTS_PREFIX, chunk_key
+from tests.support.faults import run_held
 from tests.support.helpers import cutoff_after_writes
 from tests.trust.test_clone_during_maintenance import with_a_replaced_chunk
 
@@ -73,3 +74,24 @@ def test_a_file_gone_from_a_listed_snapshot_is_not_blamed_on_maintenance(faulty)
         session.get_chunk("/a", (0,))
     assert not isinstance(raised.value, SnapshotCollectedError)
     assert chunk_key(ref.chunk_id) in str(raised.value)
+
+
+def test_a_diff_whose_snapshot_is_collected_under_it_says_so(faulty, backend):
+    _, first = with_a_replaced_chunk(faulty)
+    reader = Repository.open(faulty)  # a handle of its own: no manifest in its memory
+    other = Repository.open(faulty.inner)
+
+    def maintain() -> None:  # held at the diff's first manifest read
+        assert first in other.expire_snapshots(datetime.now(UTC))
+        other.garbage_collect(cutoff_after_writes(backend))  # deletes first's manifest
+
+    outcome = run_held(
+        faulty,
+        "get",
+        MANIFESTS_PREFIX,
+        lambda: reader.diff(from_snapshot_id=first, to_branch="main"),
+        maintain,
+    )
+    assert isinstance(outcome, SnapshotCollectedError), repr(outcome)
+    assert outcome.snapshot_id == first
+    assert f"snapshot {first} left the repository's history while it was compared" in str(outcome)
