@@ -24,6 +24,10 @@ Variants (side B):
 - ``busy-start`` / ``busy-end``: 0.5 ms more of the calling thread's CPU at the start of the
   build, or beside its last writes (while reading the state to swap): whether that thread's
   work is what the commit waits for.
+- ``yield-after-start``: the calling thread sleeps 0.1 ms right after handing the build's
+  objects to the I/O threads (``DeferredPuts.start``), so they take the interpreter's lock
+  first: whether their late start (``bench_commit_phases.py``: taken up 0.3-1.1 ms after the
+  hand-over) is the lock held by the calling thread's state read.
 - ``spin-wait``: the calling thread polls for the build's last writes (``time.sleep(0)``
   between looks) instead of sleeping on them: whether waking an idle virtual CPU (this VM
   halts one at once: ``haltpoll.guest_halt_poll_ns=0``) is what a commit waits for.
@@ -54,6 +58,7 @@ from icechunk_spark.format.keys import STATE_PREFIX
 from icechunk_spark.storage import local
 
 BUSY_S = 0.0005
+YIELD_S = 0.0001
 
 
 def _data_unsynced() -> Any:
@@ -125,6 +130,18 @@ def _spin_wait() -> Any:
     return patched(manifest_writes.DeferredPuts, "wait", wait)
 
 
+def _yield_after_start() -> Any:
+    start = manifest_writes.DeferredPuts.start
+
+    def started(self: manifest_writes.DeferredPuts) -> None:
+        handing_over = bool(self._held)
+        start(self)
+        if handing_over:  # not the second start() in wait(), which hands over nothing
+            time.sleep(YIELD_S)
+
+    return patched(manifest_writes.DeferredPuts, "start", started)
+
+
 VARIANTS: dict[str, Callable[[], Any]] = {
     "none": lambda: patched(commit_module, "MAX_REBASES", commit_module.MAX_REBASES),
     "data-unsynced": _data_unsynced,
@@ -134,6 +151,7 @@ VARIANTS: dict[str, Callable[[], Any]] = {
     "busy-start": _busy_start,
     "busy-end": _busy_end,
     "spin-wait": _spin_wait,
+    "yield-after-start": _yield_after_start,
 }
 
 
