@@ -1,6 +1,6 @@
 """Where a small commit's wall time goes, phase by phase and object by object.
 
-    .venv/bin/python bench/bench_commit_phases.py [--refs 100000] [--commits 400]
+    .venv/bin/python bench/bench_commit_phases.py [--refs 100000] [--commits 400] [--pause-ms P]
 
 The repository of ``bench_splitting.py``; each commit changes one chunk of `small7` in a
 session of its own, as there. Per commit, median over the commits after the first 50:
@@ -13,6 +13,9 @@ session of its own, as there. Per commit, median over the commits after the firs
 - the calling thread's **state read** (and its prepared next state file) beside them, its
   wait for the objects, and what follows (the compare-and-swap, its folder's fsync, the check
   and the landing).
+
+``--pause-ms P``: each commit waits P ms first (after its chunk is set), so the work the last
+commit left on the I/O threads (its hint, the spare files of the next writes) is done.
 
 The timers wrap the package's functions (``bench.common.patched``), so each adds a
 microsecond or two; the total is printed beside them. For what a change saves, pair it
@@ -151,6 +154,7 @@ def main() -> None:
     )
     parser.add_argument("--refs", type=int, default=100_000)
     parser.add_argument("--commits", type=int, default=400)
+    parser.add_argument("--pause-ms", type=float, default=0.0)
     args = parser.parse_args()
     _, repo = committed_repository(args.refs, "bench-phases-", 20)
     figures: dict[str, list[float]] = defaultdict(list)
@@ -159,6 +163,7 @@ def main() -> None:
         for k in range(args.commits):
             session = repo.writable_session()
             session.set_chunk("/small7", (k % 10,), bytes([k % 256]) * 80)
+            time.sleep(args.pause_ms / 1000)
             marks.at.clear()
             marks.spans.clear()
             begun = time.perf_counter()
@@ -169,7 +174,8 @@ def main() -> None:
                     figures[name].append(value)
     print_table(
         f"{args.commits - WARM_UP} small commits, one chunk of small7 each (bench_splitting's "
-        f"repository, {args.refs:,} refs in its big variable); medians",
+        f"repository, {args.refs:,} refs in its big variable), {args.pause_ms:g} ms apart; "
+        "medians",
         ["phase", "ms"],
         [[name, statistics.median(values)] for name, values in figures.items()],
     )
