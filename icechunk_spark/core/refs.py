@@ -85,8 +85,9 @@ def raise_if_collected(
 ) -> None:
     """Raise ``SnapshotCollectedError`` when ``missing`` (an object of snapshot
     ``snapshot_id`` not found ``during`` some reading) is explained by the snapshot leaving
-    the history: it expired and GC deleted its files. Returns while the newest state still
-    lists it (the object is gone for another reason): the caller re-raises ``missing``.
+    the history (it expired, or an amend or squash replaced it) and GC deleted its files.
+    Returns while the newest state still lists it (the object is gone for another reason):
+    the caller re-raises ``missing``.
 
     ``missing`` explained already for this snapshot (a session's read inside an export) is
     explained again with this ``during`` and ``advice``, the caller's, with no state read."""

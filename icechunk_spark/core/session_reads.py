@@ -2,9 +2,9 @@
 layered over them (``BaseSession``, core/base_session.py, adds the writes).
 
 A read that finds a manifest or chunk file gone asks why: if the snapshot left the history
-meanwhile (it expired, and garbage collection deleted its files), it says so
-(``SnapshotCollectedError``); files are never changed or reused, so no read returns wrong
-bytes. The question costs a state read, made only by reads that fail.
+meanwhile (it expired, or an amend or squash replaced it, and garbage collection deleted
+its files), it says so (``SnapshotCollectedError``); files are never changed or reused, so
+no read returns wrong bytes. The question costs a state read, made only by reads that fail.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class SessionReads:
 
     def _explain_if_collected(self, missing: NotFoundError) -> None:
         """Raise ``SnapshotCollectedError`` when ``missing``, a manifest or chunk file this
-        session read, is gone because its snapshot expired and GC ran meanwhile (the state
+        session read, is gone because its snapshot left the history and GC ran meanwhile (the state
         read costs only reads that fail); return when that is not why."""
         during = "while this session read it"
         advice = "open a session on a snapshot still in the history (repo.ancestry())"

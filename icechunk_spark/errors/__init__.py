@@ -11,7 +11,7 @@
     ├── AlreadyCommittedError    a commit made once (``once=``) is on the branch already
     ├── RewriteRefusedError      an amend or squash would lose history a ref holds, or raced
     ├── NotFoundError(KeyError)  a branch, tag, snapshot, node, chunk or object does not exist
-    │   └── SnapshotCollectedError  a snapshot expired and was collected while it was read
+    │   └── SnapshotCollectedError  a snapshot left the history and was collected while read
     ├── AlreadyExistsError       a repository, tag, branch or node of that name exists already
     ├── InvalidInputError(ValueError)  the caller passed something we cannot accept
     │   ├── ConfigError          a configuration file or value is invalid (names the YAML path)

@@ -17,8 +17,9 @@ class NotFoundError(IcechunkSparkError, KeyError):
 
 
 class SnapshotCollectedError(NotFoundError):
-    """A snapshot left the history while it was read: it expired, and garbage collection
-    deleted its files (a manifest or chunk file the read needed).
+    """A snapshot left the history while it was read (it expired, or an amend or squash
+    replaced it), and garbage collection deleted its files (a manifest or chunk file the read
+    needed).
 
     Files are never changed or reused, so nothing wrong was read: read a snapshot still in
     the history instead. ``snapshot_id`` names the snapshot; the message says what was being
@@ -31,8 +32,9 @@ class SnapshotCollectedError(NotFoundError):
         self.during = during
         self.advice = advice
         super().__init__(
-            f"snapshot {snapshot_id} left the repository's history {during} (expired, and "
-            f"garbage collection deleted its files: {missing}): {advice}"
+            f"snapshot {snapshot_id} left the repository's history {during} (it expired, or "
+            f"an amend or squash replaced it, and garbage collection deleted its files: "
+            f"{missing}): {advice}"
         )
 
     def __reduce__(self) -> tuple[type[SnapshotCollectedError], tuple[str, str, str, str]]:

@@ -178,7 +178,7 @@ class ChunksReader(DataSourceReader):
             raise
 
     def _explain_if_collected(self, storage: Storage, missing: NotFoundError) -> None:
-        """A manifest gone because the pinned snapshot expired and GC ran since the plan is
+        """A manifest gone because the pinned snapshot left the history and GC ran since the plan is
         reported as that (``SnapshotCollectedError``), not as a bare miss. (Planning after
         that opens no session on it: "snapshot ... not found; it may have been expired".)"""
         during = "while Spark read its chunks table"

@@ -10,7 +10,8 @@ blamed on it.
 from __future__ import annotations
 
 import pickle
-from datetime import UTC, datetime
+import uuid
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ import zarr
 
 from icechunk_spark import NotFoundError, Repository, SnapshotCollectedError
 from icechunk_spark.format.keys import MANIFESTS_PREFIX, chunk_key
+from icechunk_spark.storage import open_storage
 from tests.support.faults import run_held
 from tests.support.helpers import cutoff_after_writes
 from tests.trust.test_clone_during_maintenance import with_a_replaced_chunk
@@ -95,3 +97,17 @@ def test_a_diff_whose_snapshot_is_collected_under_it_says_so(faulty, backend):
     assert isinstance(outcome, SnapshotCollectedError), repr(outcome)
     assert outcome.snapshot_id == first
     assert f"snapshot {first} left the repository's history while it was compared" in str(outcome)
+
+
+def test_a_session_on_a_snapshot_squashed_away_and_collected_says_so():
+    # Expiry is not the only way out of the history: an amend or a squash replaces snapshots.
+    storage = open_storage(f"memory://squashed-{uuid.uuid4().hex}")
+    repo, first = with_a_replaced_chunk(storage)  # type: ignore[arg-type]
+    second = repo.state().branch("main").snapshot_id
+    session = Repository.open(storage).readonly_session(snapshot_id=first)
+    assert np.frombuffer(session.get_chunk("/a", (1,)) or b"", "int32")[0] == 3  # manifest held
+    repo.squash("main", first, second, "first and second as one")
+    repo.garbage_collect(datetime.now(UTC) + timedelta(seconds=1))  # first's chunk 0 goes
+    with pytest.raises(SnapshotCollectedError, match="an amend or squash replaced it") as raised:
+        session.get_chunk("/a", (0,))
+    assert raised.value.snapshot_id == first
