@@ -246,8 +246,9 @@ def iter_snapshot_changes(
     a reader holds the refs of one array at a time.
 
     Raises:
-        SnapshotCollectedError: the step's snapshot or its parent expired, and GC deleted a
-            file the rows are read from, since the step was planned.
+        SnapshotCollectedError: the step's snapshot or its parent left the history (expired,
+            or replaced by an amend or squash), and GC deleted a file the rows are read
+            from, since the step was planned.
     """
     try:
         yield from _changes_of(storage, manifests, step, shard, shards)

@@ -99,8 +99,8 @@ def diff(
     Raises:
         InvalidInputError: not exactly one "from" and one "to" was given.
         NotFoundError: an unknown (or expired) snapshot, or an unknown branch or tag.
-        SnapshotCollectedError: one of them expired, and GC deleted a file the comparison
-            read, while it ran.
+        SnapshotCollectedError: one of them left the history (expired, or replaced by an
+            amend or squash), and GC deleted a file the comparison read, while it ran.
     """
     state = read_latest_state(handle.storage)
     old_id = _resolve(state, "from", from_snapshot_id, from_branch, from_tag)
