@@ -128,8 +128,8 @@ class SessionReads:
 
     def _explain_if_collected(self, missing: NotFoundError) -> None:
         """Raise ``SnapshotCollectedError`` when ``missing``, a manifest or chunk file this
-        session read, is gone because its snapshot left the history and GC ran meanwhile (the state
-        read costs only reads that fail); return when that is not why."""
+        session read, is gone because its snapshot left the history and GC ran meanwhile
+        (the state read costs only reads that fail); return when that is not why."""
         during = "while this session read it"
         advice = "open a session on a snapshot still in the history (repo.ancestry())"
         raise_if_collected(self.handle.storage, self.snapshot_id, missing, during, advice)
