@@ -85,8 +85,8 @@ def export_zarr(
                 f"{destination.url} holds some of its chunks but no zarr.json, so no Zarr "
                 "reader opens it; export a snapshot still in the history there"
             )
-            storage, snapshot_id = session.handle.storage, session.snapshot_id
-            raise_if_collected(storage, snapshot_id, missing, "during the export", advice)
+            storage, read = session.handle.storage, [session.snapshot_id]
+            raise_if_collected(storage, read, missing, "during the export", advice)
             raise
     # Metadata last: a reader that finds the root document finds every chunk it names.
     for key in sorted(documents, key=lambda k: -k.count("/")):

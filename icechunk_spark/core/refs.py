@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -81,22 +81,23 @@ def read_latest_state(storage: Storage, known: State | None = None) -> State:
 
 
 def raise_if_collected(
-    storage: Storage, snapshot_id: str, missing: NotFoundError, during: str, advice: str
+    storage: Storage, snapshot_ids: Sequence[str], missing: NotFoundError, during: str, advice: str
 ) -> None:
-    """Raise ``SnapshotCollectedError`` when ``missing`` (an object of snapshot
-    ``snapshot_id`` not found ``during`` some reading) is explained by the snapshot leaving
-    the history (it expired, or an amend or squash replaced it) and GC deleted its files.
-    Returns while the newest state still lists it (the object is gone for another reason):
-    the caller re-raises ``missing``.
+    """Raise ``SnapshotCollectedError`` when ``missing`` (an object not found ``during`` some
+    reading of the snapshots ``snapshot_ids``) is explained by one of them leaving the history
+    (it expired, or an amend or squash replaced it) and GC deleting its files: the first of
+    them the newest state no longer lists (one state read). Returns while it lists them all
+    (the object is gone for another reason): the caller re-raises ``missing``.
 
-    ``missing`` explained already for this snapshot (a session's read inside an export) is
+    ``missing`` explained already for one of them (a session's read inside an export) is
     explained again with this ``during`` and ``advice``, the caller's, with no state read."""
-    if isinstance(missing, SnapshotCollectedError) and missing.snapshot_id == snapshot_id:
-        explained = SnapshotCollectedError(snapshot_id, missing.missing, during, advice)
+    if isinstance(missing, SnapshotCollectedError) and missing.snapshot_id in snapshot_ids:
+        explained = SnapshotCollectedError(missing.snapshot_id, missing.missing, during, advice)
         raise explained from missing.__cause__
-    if snapshot_id in read_latest_state(storage).snapshots:
-        return
-    raise SnapshotCollectedError(snapshot_id, str(missing), during, advice) from missing
+    listed = read_latest_state(storage).snapshots
+    gone = next((i for i in snapshot_ids if i not in listed), None)
+    if gone is not None:
+        raise SnapshotCollectedError(gone, str(missing), during, advice) from missing
 
 
 def _probed_from(storage: Storage, start: State, probed: bool = False) -> State:

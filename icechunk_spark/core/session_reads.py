@@ -132,7 +132,7 @@ class SessionReads:
         (the state read costs only reads that fail); return when that is not why."""
         during = "while this session read it"
         advice = "open a session on a snapshot still in the history (repo.ancestry())"
-        raise_if_collected(self.handle.storage, self.snapshot_id, missing, during, advice)
+        raise_if_collected(self.handle.storage, [self.snapshot_id], missing, during, advice)
 
     def chunk_refs(self, path: str) -> pa.Table:
         """Every ref of the array (committed and uncommitted), sorted by coord. Location

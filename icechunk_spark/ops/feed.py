@@ -258,8 +258,8 @@ def iter_snapshot_changes(
             "follow the feed again (from its checkpoint, or from a snapshot still in the "
             "history): it then names the expired gap (HistoryExpiredError)"
         )
-        for snapshot_id in filter(None, (step.snapshot_id, step.parent_id)):
-            raise_if_collected(storage, snapshot_id, missing, during, advice)
+        read = [i for i in (step.snapshot_id, step.parent_id) if i is not None]
+        raise_if_collected(storage, read, missing, during, advice)
         raise
 
 

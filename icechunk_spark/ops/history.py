@@ -109,8 +109,7 @@ def diff(
         return _diff(handle.snapshot_view(old_id, state), handle.snapshot_view(new_id, state))
     except NotFoundError as missing:  # a structure file or manifest
         during, advice = "while it was compared", "compare snapshots still in the history"
-        for snapshot_id in (old_id, new_id):
-            raise_if_collected(handle.storage, snapshot_id, missing, during, advice)
+        raise_if_collected(handle.storage, (old_id, new_id), missing, during, advice)
         raise
 
 

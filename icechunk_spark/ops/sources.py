@@ -46,7 +46,7 @@ def snapshot_sources(handle: RepoHandle, snapshot_id: str, state: State | None =
     except NotFoundError as missing:
         advice = "list those of a snapshot still in the history"
         during = "while its sources were listed"
-        raise_if_collected(handle.storage, snapshot_id, missing, during, advice)
+        raise_if_collected(handle.storage, [snapshot_id], missing, during, advice)
         raise
     rows = pa.concat_tables([_empty_per_array(), *per_array])
     grouped = rows.group_by("location").aggregate(

@@ -178,12 +178,13 @@ class ChunksReader(DataSourceReader):
             raise
 
     def _explain_if_collected(self, storage: Storage, missing: NotFoundError) -> None:
-        """A manifest gone because the pinned snapshot left the history and GC ran since the plan is
-        reported as that (``SnapshotCollectedError``), not as a bare miss. (Planning after
-        that opens no session on it: "snapshot ... not found; it may have been expired".)"""
+        """A manifest gone because the pinned snapshot left the history and GC ran since the
+        plan is reported as that (``SnapshotCollectedError``), not as a bare miss. (Planning
+        after that opens no session on it: "snapshot ... not found; it may have been
+        expired".)"""
         during = "while Spark read its chunks table"
         advice = "read the table again, at a snapshot still in the history"
-        raise_if_collected(storage, self._snapshot, missing, during, advice)
+        raise_if_collected(storage, [self._snapshot], missing, during, advice)
 
 
 def _pinned_snapshot(repo_options: RepoOptions, target: ReadTarget) -> str:
